@@ -1,0 +1,66 @@
+"""Write one benchmark's section of docs/BENCHMARKS.md, leaving the other sections as they are.
+
+Each benchmark script owns the text between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->``;
+the section carries the command that produced it, the machine and the date.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+HEADER = (
+    "# Benchmarks\n\n"
+    "Each section is written by the script it names; rerun the command to refresh it.\n"
+    "Weights of the models are random (fixed seed) and calibrated on random data.\n"
+)
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} logical cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_section(name: str, title: str, body: str, command: List[str] | None = None) -> Path:
+    """Replace (or append) the section ``name`` of docs/BENCHMARKS.md."""
+    command = command if command is not None else [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False, cwd=BENCHMARKS_MD.parent).stdout.strip()
+    except OSError:
+        commit = ""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"<!-- begin: {name} -->\n## {title}\n\n"
+        f"- command: `python {' '.join(command)}`\n- date: {stamp}"
+        + (f" (commit {commit})" if commit else "")
+        + f"\n- machine: {machine_description()}\n\n{body.strip()}\n<!-- end: {name} -->\n"
+    )
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else HEADER
+    pattern = re.compile(rf"<!-- begin: {re.escape(name)} -->.*?<!-- end: {re.escape(name)} -->\n",
+                         re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
+    BENCHMARKS_MD.write_text(text)
+    return BENCHMARKS_MD

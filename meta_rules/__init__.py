@@ -1,0 +1,25 @@
+"""meta_rules: MetaSchedule rules and postprocs that let quantized epilogues fuse.
+
+Importing this package registers the custom schedule rule ``compute_inline`` for every target key
+(see :mod:`meta_rules.compute_inline_custom_rule`); that is the only side effect.
+"""
+
+from . import fusion
+from .compute_inline_custom_rule import compute_inline, register_compute_inline
+from .inline_constant_blocks import InlineConstantBlocks
+from .rule_sets import VARIANTS, mutator_probs, postprocs, schedule_rules, space_generator
+
+# --- registration, in one place ------------------------------------------------------------------
+register_compute_inline()
+
+__all__ = [
+    "VARIANTS",
+    "InlineConstantBlocks",
+    "compute_inline",
+    "fusion",
+    "mutator_probs",
+    "postprocs",
+    "register_compute_inline",
+    "schedule_rules",
+    "space_generator",
+]

@@ -1,0 +1,86 @@
+"""The custom schedule rule ``compute_inline``, reachable for every target.
+
+A block annotated ``schedule_rule = "compute_inline"``::
+
+    with T.block("compile_engine_const"):
+        T.block_attr({"schedule_rule": "compute_inline"})
+        T.reads()
+        T.writes(compile_engine_const[()])
+        compile_engine_const[()] = 3
+
+is handed by MetaSchedule's ApplyCustomRule, the first rule of every default rule set, to the
+PackedFunc ``meta_schedule.<key>.compute_inline`` for the first key of the target that has one.
+ApplyCustomRule knows no generic fallback, so the same function is registered under
+``meta_schedule.generic.compute_inline`` and under every key that TVM's target kinds carry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Iterable, List
+
+import tvm
+from tvm.tir.schedule import BlockRV, Schedule
+
+from .constant_blocks import try_compute_inline
+
+logger = logging.getLogger(__name__)
+
+RULE_NAME = "compute_inline"
+
+# Keys that ApplyCustomRule must find even if probing TVM's target kinds below misses them.
+REQUIRED_TARGET_KEYS = (
+    "generic", "cpu", "gpu", "cuda", "rocm", "vulkan", "metal", "opencl", "webgpu", "nvptx",
+    "hexagon", "arm_cpu",
+)
+
+
+def compute_inline(sch: Schedule, block: BlockRV) -> List[Schedule]:
+    """Compute-inline ``block`` when legal; otherwise return the schedule unchanged."""
+    try_compute_inline(sch, block, "custom rule compute_inline")
+    return [sch]
+
+
+def target_kind(name: str) -> "tvm.target.TargetKind":
+    """TVM's registered TargetKind called ``name``, looked up without building a Target.
+
+    Building a Target runs its kind's parser, which probes for a device (and warns when there is
+    none, as for cuda and rocm here); TVM's serializer resolves a kind by name alone.
+    """
+    payload = {
+        "root": 1,
+        "nodes": [{"type_key": ""}, {"type_key": "TargetKind", "repr_str": name}],
+        "b64ndarrays": [],
+        "attrs": {"tvm_version": tvm.__version__},
+    }
+    return tvm.ir.load_json(json.dumps(payload))
+
+
+def target_kind_keys() -> List[str]:
+    """Every key that TVM's registered target kinds carry by default (``cpu``, ``gpu``, ``cuda`` ...)."""
+    keys = set()
+    for name in tvm.target.Target.list_kinds():
+        keys.update(str(key) for key in target_kind(name).default_keys)
+    return sorted(keys)
+
+
+def custom_rule_names(keys: Iterable[str]) -> List[str]:
+    return [f"meta_schedule.{key}.{RULE_NAME}" for key in keys]
+
+
+def register_compute_inline(extra_keys: Iterable[str] = ()) -> List[str]:
+    """Register :func:`compute_inline` for every target key; return the names registered now.
+
+    A name that someone else already registered is left alone; registering twice is harmless
+    (our own earlier registration counts as someone's).
+    """
+    keys = sorted(set(REQUIRED_TARGET_KEYS) | set(target_kind_keys()) | set(extra_keys))
+    registered = []
+    for name in custom_rule_names(keys):
+        if tvm.get_global_func(name, allow_missing=True) is None:
+            tvm.register_func(name, compute_inline)
+            registered.append(name)
+        else:
+            logger.debug("%s is already registered; left as it is", name)
+    return registered

@@ -1,0 +1,129 @@
+"""Rule sets per variant, built from the defaults MetaSchedule itself picks for a target.
+
+Variants:
+
+* ``"upstream"`` -- TVM 0.19's defaults unchanged (with its ``InlineConstantScalars``).
+* ``"legacy"``   -- TVM's defaults without ``InlineConstantScalars``: TVM before that fix.
+* ``"ours"``     -- ``InlineConstantScalars`` replaced by :class:`InlineConstantBlocks`, placed right
+  after ``ApplyCustomRule`` (which stays first), so constants are gone before any tiling or
+  AutoInline rule looks at their consumers.
+
+The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
+with a TuneContext for the target, exactly as a tune with default rules would.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Tuple, Union
+
+import tvm
+from tvm import meta_schedule as ms
+from tvm import te
+from tvm.target import Target
+
+from .inline_constant_blocks import InlineConstantBlocks
+
+logger = logging.getLogger(__name__)
+
+VARIANTS = ("ours", "upstream", "legacy")
+
+TargetLike = Union[str, Target]
+
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(VARIANTS)}")
+    return variant
+
+
+def as_target(target: TargetLike) -> Target:
+    if isinstance(target, Target):
+        return target
+    try:
+        return Target(target)
+    except Exception as err:  # TVM raises its own error types with a C++ trace
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ValueError(f"invalid target {target!r}: {last}") from None
+
+
+def _probe_module() -> tvm.IRModule:
+    a = te.placeholder((4,), name="a")
+    b = te.compute((4,), lambda i: a[i] + 1.0, name="b")
+    return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+
+def _ask_tvm(target: Target) -> PostOrderApplyDefaults:
+    """TVM's default rules, postprocs and mutator probabilities for ``target``.
+
+    TVM picks the defaults first and then initialises each rule with the target; a target missing
+    an attribute that a rule needs (``-num-cores`` on llvm, shared-memory limits on vulkan) fails
+    that second step, which is left to the real tune context to report. A target for which TVM
+    has no defaults at all raises ValueError listing the target kinds that have them.
+    """
+    space = ms.space_generator.PostOrderApply()
+    try:
+        ms.TuneContext(mod=_probe_module(), target=target, space_generator=space)
+    except Exception as err:  # pylint: disable=broad-except
+        if space.sch_rules is None:
+            reason = str(err).strip().splitlines()[-1]
+            raise ValueError(
+                f"MetaSchedule has no default rules for target {str(target)!r} ({reason}); "
+                f"target kinds with defaults: {', '.join(kinds_with_defaults())}"
+            ) from None
+        logger.debug("defaults for %s picked; initialising them failed: %s", target, err)
+    return list(space.sch_rules), list(space.postprocs), dict(space.mutator_probs)
+
+
+PostOrderApplyDefaults = Tuple[List[ms.ScheduleRule], List[ms.Postproc], Dict[ms.Mutator, float]]
+
+
+def kinds_with_defaults() -> List[str]:
+    """Target kinds for which MetaSchedule picks default rules (asked of TVM, one kind at a time)."""
+    kinds = []
+    for kind in sorted(tvm.target.Target.list_kinds()):
+        space = ms.space_generator.PostOrderApply()
+        try:
+            ms.TuneContext(mod=_probe_module(), target=Target(kind), space_generator=space)
+        except Exception:  # pylint: disable=broad-except
+            pass
+        if space.sch_rules is not None:
+            kinds.append(kind)
+    return kinds
+
+
+def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.ScheduleRule]:
+    """The schedule rules of ``variant`` for ``target``."""
+    check_variant(variant)
+    rules, _, _ = _ask_tvm(as_target(target))
+    if variant == "upstream":
+        return rules
+    rules = [r for r in rules if not isinstance(r, ms.schedule_rule.InlineConstantScalars)]
+    if variant == "ours":
+        custom = [i for i, r in enumerate(rules) if isinstance(r, ms.schedule_rule.ApplyCustomRule)]
+        at = custom[0] + 1 if custom else 0
+        rules.insert(at, InlineConstantBlocks())
+    return rules
+
+
+def postprocs(target: TargetLike, variant: str = "ours") -> List[ms.Postproc]:
+    """The postprocessors of ``variant`` for ``target`` (TVM's defaults for every variant)."""
+    check_variant(variant)
+    _, procs, _ = _ask_tvm(as_target(target))
+    return procs
+
+
+def mutator_probs(target: TargetLike) -> Dict[ms.Mutator, float]:
+    """TVM's default mutator probabilities for ``target`` (the same for every variant)."""
+    _, _, probs = _ask_tvm(as_target(target))
+    return {m: float(p) for m, p in probs.items()}
+
+
+def space_generator(target: TargetLike, variant: str = "ours") -> ms.space_generator.PostOrderApply:
+    """A PostOrderApply carrying the rules, postprocs and mutators of ``variant`` for ``target``."""
+    check_variant(variant)
+    return ms.space_generator.PostOrderApply(
+        sch_rules=schedule_rules(target, variant),
+        postprocs=postprocs(target, variant),
+        mutator_probs=mutator_probs(target),
+    )

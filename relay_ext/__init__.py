@@ -1,0 +1,6 @@
+"""relay_ext: the Relay/TE side of quantfuse -- converter hook, models, tuning flow, CLI."""
+
+import os as _os
+
+# Relay's AutoTVM fallback would try to download TopHub logs; quantfuse never uses the network.
+_os.environ.setdefault("TOPHUB_LOCATION", "NONE")
