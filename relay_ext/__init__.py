@@ -4,3 +4,6 @@ import os as _os
 
 # Relay's AutoTVM fallback would try to download TopHub logs; quantfuse never uses the network.
 _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+
+from . import tir_converter  # registers relay.backend.tir_converter.inline_constants
+from .config import pass_config
