@@ -1,0 +1,86 @@
+"""Design-space generation time under "ours" vs "upstream", side by side in one process.
+
+    python -m benchmarks.rule_overhead [--repeats 7]
+
+For each quantized task and target the same TuneContext setup is timed for both variants
+(generate_design_space only, median of repeats, variants interleaved so drift hits both alike);
+the ratio ours/upstream is printed and written to docs/BENCHMARKS.md. Target: <= 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List
+
+import tvm
+from tvm import meta_schedule as ms
+
+import meta_rules
+from benchmarks.markdown_report import markdown_table, write_section
+from relay_ext.te_workloads import quantized_conv2d_nhwc, quantized_dense
+
+TASKS: Dict[str, Callable[[], tvm.IRModule]] = {
+    "seed: int8 conv2d 3x3 NHWC 16x16x64->64 + requantize": quantized_conv2d_nhwc,
+    "int8 conv2d 1x1 NHWC 14x14x128->256 + requantize": lambda: quantized_conv2d_nhwc(
+        height=14, width=14, in_channels=128, out_channels=256, kernel=1),
+    "int8 dense 16x512->128 + requantize": lambda: quantized_dense(16, 512, 128),
+}
+TARGETS = {
+    "a100 (cuda-tensorcore)": "nvidia/nvidia-a100",
+    "cuda sm_70": "cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "
+                  "-thread_warp_size=32",
+    "llvm": "llvm -num-cores 2",
+}
+
+
+def time_generation(mod: tvm.IRModule, target: str, variant: str) -> Callable[[], float]:
+    context = ms.TuneContext(mod=mod, target=target,
+                             space_generator=meta_rules.space_generator(target, variant),
+                             rand_state=1)
+
+    def once() -> float:
+        start = time.perf_counter()
+        context.generate_design_space()
+        return time.perf_counter() - start
+
+    once()  # warm-up
+    return once
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    rows: List[List[object]] = []
+    ratios = []
+    for task_name, build in TASKS.items():
+        mod = build()
+        for target_name, target in TARGETS.items():
+            timers = {v: time_generation(mod, target, v) for v in ("ours", "upstream")}
+            samples: Dict[str, List[float]] = {v: [] for v in timers}
+            for _ in range(args.repeats):
+                for variant, timer in timers.items():
+                    samples[variant].append(timer())
+            ours, upstream = (statistics.median(samples[v]) for v in ("ours", "upstream"))
+            ratios.append(ours / upstream)
+            rows.append([task_name, target_name, f"{ours * 1e3:.1f}", f"{upstream * 1e3:.1f}",
+                         f"{ours / upstream:.2f}"])
+            print(f"{task_name:55s} {target_name:24s} ours {ours * 1e3:7.1f} ms  "
+                  f"upstream {upstream * 1e3:7.1f} ms  ratio {ours / upstream:.2f}", flush=True)
+    worst, geo = max(ratios), statistics.geometric_mean(ratios)
+    verdict = "met" if worst <= 1.15 else "NOT met"
+    print(f"ratio ours/upstream: geometric mean {geo:.2f}, worst {worst:.2f} (target <= 1.15: {verdict})")
+    body = (
+        f"Median of {args.repeats} repeats of `generate_design_space` per task, variants interleaved.\n\n"
+        + markdown_table(["task", "target", "ours (ms)", "upstream (ms)", "ours / upstream"], rows)
+        + f"\n\nRatio ours/upstream: geometric mean **{geo:.2f}**, worst **{worst:.2f}** "
+        f"(target <= 1.15: {verdict})."
+    )
+    write_section("rule_overhead", "Design-space generation: ours vs upstream", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
