@@ -8,6 +8,7 @@ from . import fusion
 from .compute_inline_custom_rule import compute_inline, register_compute_inline
 from .inline_constant_blocks import InlineConstantBlocks
 from .rule_sets import VARIANTS, mutator_probs, postprocs, schedule_rules, space_generator
+from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 # --- registration, in one place ------------------------------------------------------------------
 register_compute_inline()
@@ -15,6 +16,7 @@ register_compute_inline()
 __all__ = [
     "VARIANTS",
     "InlineConstantBlocks",
+    "VerifyLoweredGPUCode",
     "compute_inline",
     "fusion",
     "mutator_probs",

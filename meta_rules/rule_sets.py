@@ -6,7 +6,8 @@ Variants:
 * ``"legacy"``   -- TVM's defaults without ``InlineConstantScalars``: TVM before that fix.
 * ``"ours"``     -- ``InlineConstantScalars`` replaced by :class:`InlineConstantBlocks`, placed right
   after ``ApplyCustomRule`` (which stays first), so constants are gone before any tiling or
-  AutoInline rule looks at their consumers.
+  AutoInline rule looks at their consumers; on GPU targets TVM's ``VerifyGPUCode`` postproc is
+  replaced by :class:`VerifyLoweredGPUCode`.
 
 The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
 with a TuneContext for the target, exactly as a tune with default rules would.
@@ -23,6 +24,7 @@ from tvm import te
 from tvm.target import Target
 
 from .inline_constant_blocks import InlineConstantBlocks
+from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +109,13 @@ def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.Schedul
 
 
 def postprocs(target: TargetLike, variant: str = "ours") -> List[ms.Postproc]:
-    """The postprocessors of ``variant`` for ``target`` (TVM's defaults for every variant)."""
+    """The postprocessors of ``variant`` for ``target``: TVM's defaults, except that ``"ours"``
+    replaces TVM's ``VerifyGPUCode`` (GPU targets only) by :class:`VerifyLoweredGPUCode`."""
     check_variant(variant)
     _, procs, _ = _ask_tvm(as_target(target))
+    if variant == "ours":
+        procs = [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p
+                 for p in procs]
     return procs
 
 
