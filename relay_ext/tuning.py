@@ -1,0 +1,234 @@
+"""The tuning flow, one step per function: Relay module -> tasks -> tuning database -> compiled module.
+
+    tasks = extract_tasks(mod, params, target, variant)          # what MetaSchedule will tune
+    contexts, weights, outcomes = tune_contexts(tasks, ...)     # design spaces checked per task
+    database = tune(mod, params, target, work_dir, max_trials)  # MetaSchedule's JSON database
+    lib = compile_model(database, mod, params, target, variant) # a runnable graph module
+    outputs = run_module(lib, {input_name: array})
+
+Every step takes its pass-context options from :func:`relay_ext.config.pass_config`, so the
+variant's TE->TIR converter is the same at extraction, tuning and compilation and every tuned
+workload is found at compile time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import tvm
+from tvm import meta_schedule as ms
+from tvm.contrib import graph_executor
+from tvm.meta_schedule.logging import get_loggers_from_work_dir
+from tvm.meta_schedule.utils import cpu_count, fork_seed
+from tvm.target import Target
+
+import meta_rules
+from meta_rules.resilient_space_generator import (
+    DesignSpaceGenerationError,
+    GenerationOutcome,
+    ResilientPostOrderApply,
+)
+from meta_rules.rule_sets import TargetLike, as_target, check_variant
+
+from .config import pass_config
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "tuning_summary.json"
+RunnerLike = Union[str, ms.runner.Runner]
+StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
+
+
+def normalize_target(target: TargetLike) -> Target:
+    """``target`` as a Target; an llvm target without ``-num-cores`` gets this machine's physical cores.
+
+    MetaSchedule's CPU rules need the core count; TVM refuses to guess it.
+    """
+    target = as_target(target)
+    if target.kind.name == "llvm" and "num-cores" not in target.attrs:
+        config = dict(target.export())
+        config["num-cores"] = cpu_count(logical=False)
+        target = Target(config, host=target.host)
+    return target
+
+
+def extract_tasks(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    variant: str = "ours",
+) -> List[ms.ExtractedTask]:
+    """The tuning tasks of a Relay module, lowered with ``variant``'s converter."""
+    check_variant(variant)
+    return list(ms.relay_integration.extract_tasks(
+        mod, normalize_target(target), params, pass_config=pass_config(variant)))
+
+
+@dataclasses.dataclass
+class TaskReport:
+    """What happened to one task: its design-space generation, and whether it was tuned."""
+
+    name: str
+    weight: float
+    generation: str
+    tuned: bool
+    failures: List[str] = dataclasses.field(default_factory=list)
+
+
+def tune_contexts(
+    tasks: Sequence[ms.ExtractedTask],
+    target: TargetLike,
+    variant: str,
+    work_dir: Union[str, os.PathLike],
+    seed: Optional[int] = None,
+    num_tuning_cores: Union[str, int] = "physical",
+    strategy: StrategyLike = "evolutionary",
+) -> Tuple[List[ms.TuneContext], List[float], List[TaskReport]]:
+    """A TuneContext per task whose design spaces could be generated, and a report for every task.
+
+    Each context carries a :class:`ResilientPostOrderApply` with ``variant``'s rules. Its design
+    spaces are generated here once, so a task that TVM cannot generate spaces for (after retries
+    with other random states and without the failing rule) is left out: it is compiled with TVM's
+    default schedule, and its report says so.
+    """
+    target = normalize_target(target)
+    rules = lambda: (meta_rules.schedule_rules(target, variant),  # noqa: E731 - fresh per task
+                     meta_rules.postprocs(target, variant), meta_rules.mutator_probs(target))
+    names = [t.task_name for t in tasks]
+    contexts, weights, reports = [], [], []
+    for task, task_logger, rand_state in zip(tasks, get_loggers_from_work_dir(str(work_dir), names),
+                                            fork_seed(seed, n=len(tasks))):
+        sch_rules, postprocs, mutators = rules()
+        space = ResilientPostOrderApply(sch_rules, postprocs, mutators)
+        context = ms.TuneContext(
+            mod=task.dispatched[0], target=target, space_generator=space,
+            search_strategy=strategy if isinstance(strategy, str) else strategy.clone(),
+            task_name=task.task_name, logger=task_logger,
+            rand_state=rand_state, num_threads=num_tuning_cores,
+        )
+        try:
+            context.generate_design_space()
+            outcome: GenerationOutcome = space.outcome
+        except DesignSpaceGenerationError:
+            outcome = space.outcome
+        report = TaskReport(task.task_name, float(task.weight), outcome.describe(),
+                            outcome.status != "failed", list(outcome.failures))
+        reports.append(report)
+        if report.tuned:
+            contexts.append(context)
+            weights.append(float(task.weight))
+        else:
+            logger.warning("task %s is left to TVM's default schedule: %s", task.task_name,
+                           report.failures[0] if report.failures else "no design space")
+    return contexts, weights, reports
+
+
+def make_runner(runner: RunnerLike) -> ms.runner.Runner:
+    if isinstance(runner, ms.runner.Runner):
+        return runner
+    if runner == "local":
+        return ms.runner.LocalRunner()
+    raise ValueError(f"runner must be 'local' or a tvm.meta_schedule.runner.Runner (such as an "
+                     f"RPCRunner), got {runner!r}")
+
+
+def tune(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    work_dir: Union[str, os.PathLike],
+    max_trials: int,
+    variant: str = "ours",
+    runner: RunnerLike = "local",
+    num_trials_per_iter: int = 16,
+    seed: Optional[int] = None,
+    max_trials_per_task: Optional[int] = None,
+    builder: Union[str, ms.builder.Builder] = "local",
+    strategy: StrategyLike = "evolutionary",
+) -> ms.Database:
+    """Tune a Relay module with ``variant``'s rules; the records go to MetaSchedule's JSON
+    database in ``work_dir`` (records already there are kept and count as known).
+
+    Tasks whose design spaces TVM cannot generate are retried with other random states, then
+    without the failing rule, and otherwise left to TVM's default schedule; the summary written to
+    ``work_dir/tuning_summary.json`` (see :func:`read_tuning_summary`) lists them.
+    ``strategy`` is MetaSchedule's search strategy (an EvolutionarySearch with a small population
+    makes tiny budgets cheap).
+    """
+    check_variant(variant)
+    if int(max_trials) <= 0:
+        raise ValueError(f"max_trials must be a positive number of trials, got {max_trials}")
+    if int(num_trials_per_iter) <= 0:
+        raise ValueError(f"num_trials_per_iter must be positive, got {num_trials_per_iter}")
+    target = normalize_target(target)
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    tasks = extract_tasks(mod, params, target, variant)
+    contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
+                                               strategy=strategy)
+    if contexts:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=str(work_dir),
+            max_trials_global=int(max_trials),
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=int(num_trials_per_iter),
+            builder=builder,
+            runner=make_runner(runner),
+            database=database,
+        )
+    summary = {
+        "variant": variant,
+        "target": str(target),
+        "max_trials": int(max_trials),
+        "num_trials_per_iter": int(num_trials_per_iter),
+        "seed": seed,
+        "tasks": [dataclasses.asdict(r) for r in reports],
+        "left_to_default_schedule": [r.name for r in reports if not r.tuned],
+        "records": len(database),
+    }
+    (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    untuned = summary["left_to_default_schedule"]
+    logger.info("tuned %d of %d tasks (%d records)%s", len(contexts), len(reports), len(database),
+                f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
+    return database
+
+
+def read_tuning_summary(work_dir: Union[str, os.PathLike]) -> Dict:
+    """The summary the last :func:`tune` in ``work_dir`` wrote (tasks, generation, untuned tasks)."""
+    return json.loads((Path(work_dir) / SUMMARY_FILE).read_text())
+
+
+def compile_model(
+    database: ms.Database,
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    variant: str = "ours",
+) -> tvm.runtime.Module:
+    """Build the Relay module with the tuned records of ``database`` (graph executor factory)."""
+    check_variant(variant)
+    return ms.relay_integration.compile_relay(
+        database, mod, normalize_target(target), params, pass_config=pass_config(variant))
+
+
+def run_module(
+    lib: tvm.runtime.Module,
+    inputs: Mapping[str, np.ndarray],
+    device: Optional[tvm.runtime.Device] = None,
+) -> List[np.ndarray]:
+    """Run a compiled graph module on numpy inputs; return every output as numpy."""
+    device = device or tvm.cpu()
+    module = graph_executor.GraphModule(lib["default"](device))
+    for name, value in inputs.items():
+        module.set_input(name, value)
+    module.run()
+    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
