@@ -728,7 +728,7 @@ class VerifyLoweredGPUCode(PyPostproc):
             logger.exception("VerifyLoweredGPUCode failed on a candidate of %s", self.task)
             reasons = [Rejection("verifier error", type(err).__name__, _first_line(err))]
         self._book.record(self.task, reasons)
-        if reasons:
+        if reasons and logger.isEnabledFor(logging.DEBUG):
             logger.debug("VerifyLoweredGPUCode rejects a candidate of %s: %s", self.task,
                          "; ".join(str(r) for r in reasons))
         return not reasons
