@@ -1,0 +1,391 @@
+"""Quantized PyTorch models as TorchScript and Relay: the inputs of the tuning flow.
+
+``load(name)`` builds one of our own network definitions (:mod:`relay_ext.quantizable_nets`) with
+random weights from a fixed seed, quantizes it with PyTorch eager-mode static quantization (module
+fusion, the x86 qconfig, calibration on random batches), traces it to TorchScript and imports it
+with TVM's PyTorch frontend. ``from_torchscript(path, input_shapes)`` imports a user's own
+TorchScript file the same way. Both return a :class:`LoadedModel`.
+
+With ``layout="NHWC"`` the Relay module's ``qnn.conv2d`` ops are converted to NHWC data / HWIO
+kernel layout; the model's input stays NCHW, as PyTorch's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import tvm
+from torch import nn
+from torch.ao import quantization as torch_quantization
+from tvm import relay
+
+from . import quantizable_nets
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SEED = 0
+QUANTIZATION_BACKEND = "x86"
+CALIBRATION_BATCHES = 4
+CALIBRATION_BATCH_SIZE = 2
+DEFAULT_INPUT_NAME = "input"
+LAYOUTS = ("NCHW", "NHWC")
+# ConvertLayout's request: NHWC activations, and "default" picks the kernel layout that goes with
+# it (HWIO).
+NHWC_CONV_LAYOUTS = {"qnn.conv2d": ["NHWC", "default"], "nn.conv2d": ["NHWC", "default"]}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for TVM, with what is needed to check it against PyTorch.
+
+    ``output_scale`` is the quantization step of the model's output (the scale of the
+    ``dequantize`` that produces it), or None for a model whose output is not dequantized (a float
+    model). ``input_shape`` is always the shape the TorchScript module takes.
+    """
+
+    name: str
+    torchscript: torch.jit.ScriptModule
+    mod: tvm.IRModule
+    params: dict[str, tvm.nd.NDArray]
+    input_name: str
+    input_shape: tuple[int, ...]
+    example_input: np.ndarray
+    output_scale: float | None
+    layout: str
+    quantized: bool = field(default=True)
+
+    @property
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The example input keyed by the Relay input name, as executors take it."""
+        return {self.input_name: self.example_input}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one registered model and what its input looks like."""
+
+    build: Callable[[], nn.Module]
+    description: str
+    # Image models take (batch, 3, image_size, image_size); the others (batch, feature_count).
+    feature_count: int | None = None
+    min_image_size: int = 32
+
+    def input_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+        if self.feature_count is not None:
+            return (batch_size, self.feature_count)
+        return (batch_size, 3, image_size, image_size)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "resnet18": ModelSpec(quantizable_nets.resnet18, "ResNet-18, 1000 classes"),
+    "resnet50": ModelSpec(quantizable_nets.resnet50, "ResNet-50, 1000 classes"),
+    "mobilenet_v2": ModelSpec(quantizable_nets.MobileNetV2, "MobileNetV2 (width 1.0), 1000 classes"),
+    "mlp": ModelSpec(quantizable_nets.MLP, "3-layer MLP on 256 features, 10 classes", feature_count=256),
+    "tiny_resnet": ModelSpec(
+        quantizable_nets.TinyResNet,
+        "3 convs (8 channels), residual add+ReLU, global pool, linear; for tiny tuning runs",
+        min_image_size=4,
+    ),
+}
+
+
+def available_models() -> list[str]:
+    """The names ``load`` accepts."""
+    return sorted(MODELS)
+
+
+# --- public entry points ------------------------------------------------------------------------
+
+
+def load(
+    name: str,
+    batch_size: int = 1,
+    image_size: int = 224,
+    layout: str = "NCHW",
+    seed: int = DEFAULT_SEED,
+) -> LoadedModel:
+    """Build, quantize, trace and import the registered model ``name``.
+
+    Weights are random (``seed``), calibration uses random normal batches; the example input is
+    another random normal batch. ``image_size`` is ignored by models that take feature vectors
+    ("mlp").
+    """
+    spec = _model_spec(name)
+    _check_load_arguments(spec, batch_size, image_size, layout)
+    input_shape = spec.input_shape(batch_size, image_size)
+    logger.info("building quantized %s for input %s (seed %d)", name, input_shape, seed)
+    float_model = _build_float_model(spec, seed)
+    calibration = _random_batches(input_shape, CALIBRATION_BATCHES, seed + 1)
+    quantized = quantize_eager(float_model, calibration)
+    example_input = _random_input(input_shape, seed + 2)
+    torchscript = _trace(quantized, example_input)
+    return _import_to_relay(name, torchscript, DEFAULT_INPUT_NAME, input_shape, example_input, layout)
+
+
+def from_torchscript(
+    path: str | os.PathLike,
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[tuple[str, Sequence[int]]],
+    layout: str = "NCHW",
+    seed: int = DEFAULT_SEED,
+) -> LoadedModel:
+    """Import a user's TorchScript file (quantized or float) with one float32 input.
+
+    ``input_shapes`` names the input and its shape, as TVM's frontend takes it:
+    ``{"input": (1, 3, 224, 224)}`` or ``[("input", (1, 3, 224, 224))]``. The example input is a
+    random normal batch from ``seed``.
+    """
+    input_name, input_shape = _single_input(input_shapes)
+    _check_layout(layout)
+    torchscript = _load_torchscript(path)
+    example_input = _random_input(input_shape, seed)
+    _check_runs_on(torchscript, example_input)
+    name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    return _import_to_relay(name, torchscript, input_name, input_shape, example_input, layout)
+
+
+def convert_to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:
+    """Convert the module's (qnn.)conv2d ops to NHWC data and HWIO kernel layout.
+
+    ConvertLayout is an opt-level-3 pass: in a pass ``Sequential`` under a PassContext below opt
+    level 3 (TVM's default is 2) it is skipped without a word, so the context is opened here.
+    """
+    passes = tvm.transform.Sequential(
+        [relay.transform.InferType(), relay.transform.ConvertLayout(NHWC_CONV_LAYOUTS), relay.transform.InferType()]
+    )
+    with tvm.transform.PassContext(opt_level=3):
+        return passes(mod)
+
+
+def conv_layouts(mod: tvm.IRModule) -> list[tuple[str, str, str]]:
+    """(op name, data layout, kernel layout) of every conv2d / qnn.conv2d in ``main``."""
+    found: list[tuple[str, str, str]] = []
+
+    def visit(node: relay.Expr) -> None:
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            if node.op.name in ("nn.conv2d", "qnn.conv2d"):
+                found.append((node.op.name, str(node.attrs.data_layout), str(node.attrs.kernel_layout)))
+
+    relay.analysis.post_order_visit(mod["main"].body, visit)
+    return found
+
+
+def output_scale(mod: tvm.IRModule) -> float | None:
+    """The scale of the ``qnn.dequantize`` nearest the output of ``main``, or None if none."""
+    last_dequantize: list[relay.Call] = []
+
+    def visit(node: relay.Expr) -> None:
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == "qnn.dequantize":
+            last_dequantize[:] = [node]
+
+    relay.analysis.post_order_visit(mod["main"].body, visit)
+    if not last_dequantize:
+        return None
+    scale = last_dequantize[0].args[1]
+    if not isinstance(scale, relay.Constant) or scale.data.numpy().size != 1:
+        return None
+    return float(scale.data.numpy().reshape(()))
+
+
+# --- quantization -------------------------------------------------------------------------------
+
+
+def quantize_eager(model: nn.Module, calibration_batches: Sequence[torch.Tensor]) -> nn.Module:
+    """PyTorch eager-mode static quantization: fuse, prepare (x86 qconfig), calibrate, convert."""
+    model.eval()
+    model.fuse_model()
+    model.qconfig = torch_quantization.get_default_qconfig(QUANTIZATION_BACKEND)
+    with _quantization_engine(QUANTIZATION_BACKEND), _quiet_torch_quantization_warnings():
+        torch_quantization.prepare(model, inplace=True)
+        with torch.no_grad():
+            for batch in calibration_batches:
+                model(batch)
+        torch_quantization.convert(model, inplace=True)
+    return model
+
+
+@contextlib.contextmanager
+def _quantization_engine(backend: str) -> Iterator[None]:
+    previous = torch.backends.quantized.engine
+    if backend not in torch.backends.quantized.supported_engines:
+        raise RuntimeError(f"this PyTorch build has no {backend!r} quantized engine")
+    torch.backends.quantized.engine = backend
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+@contextlib.contextmanager
+def _quiet_torch_quantization_warnings() -> Iterator[None]:
+    """torch.ao.quantization warns on every call that it is deprecated; say it once in the log."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.ao\.quantization")
+        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
+        warnings.filterwarnings("ignore", message=r".*reduce_range will be deprecated.*")
+        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*")
+        yield
+
+
+def _build_float_model(spec: ModelSpec, seed: int) -> nn.Module:
+    """The float network with seeded random weights and random batch-norm statistics."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = spec.build()
+        _randomize_batch_norms(model)
+    return model.eval()
+
+
+def _randomize_batch_norms(model: nn.Module) -> None:
+    """Give batch norms non-trivial statistics, so that folding them into convs changes the weights."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            with torch.no_grad():
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+                module.running_mean.normal_(0.0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+
+
+def _random_batches(shape: tuple[int, ...], count: int, seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    batch_shape = (CALIBRATION_BATCH_SIZE, *shape[1:])
+    return [torch.randn(batch_shape, generator=generator) for _ in range(count)]
+
+
+def _random_input(shape: Sequence[int], seed: int) -> np.ndarray:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(tuple(shape), generator=generator).numpy()
+
+
+def _trace(model: nn.Module, example_input: np.ndarray) -> torch.jit.ScriptModule:
+    with torch.no_grad(), _quiet_torch_quantization_warnings(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, torch.from_numpy(example_input), check_trace=False)
+    return traced.eval()
+
+
+# --- Relay import -------------------------------------------------------------------------------
+
+
+def _import_to_relay(
+    name: str,
+    torchscript: torch.jit.ScriptModule,
+    input_name: str,
+    input_shape: tuple[int, ...],
+    example_input: np.ndarray,
+    layout: str,
+) -> LoadedModel:
+    try:
+        mod, params = relay.frontend.from_pytorch(torchscript, [(input_name, input_shape)])
+    except Exception as error:  # the frontend raises anything from asserts to TVMError
+        raise ValueError(
+            f"TVM's PyTorch frontend could not import {name!r} with input {input_name} {input_shape}: "
+            f"{_short_message(error)}"
+        ) from error
+    scale = output_scale(mod)
+    quantized = _has_qnn_ops(mod)
+    if layout == "NHWC":
+        mod = convert_to_nhwc(mod)
+    logger.info(
+        "imported %s: %s, output scale %s, layout %s", name, "quantized" if quantized else "float", scale, layout
+    )
+    return LoadedModel(name, torchscript, mod, params, input_name, input_shape, example_input, scale, layout, quantized)
+
+
+def _has_qnn_ops(mod: tvm.IRModule) -> bool:
+    found: list[bool] = []
+
+    def visit(node: relay.Expr) -> None:
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name.startswith("qnn."):
+            found.append(True)
+
+    relay.analysis.post_order_visit(mod["main"].body, visit)
+    return bool(found)
+
+
+def _short_message(error: BaseException) -> str:
+    """The useful line of an error message: TVM's carry a C++ backtrace before or after it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    for line in lines:
+        if "Check failed" in line or line.startswith(("TVMError:", "InternalError:", "ValueError:")):
+            return line
+    frames = ("File ", "at ", "Traceback", "0:", "1:", "2:", "3:")
+    meaningful = [line for line in lines if not line.startswith(frames)]
+    return (meaningful or lines)[-1][:500]
+
+
+# --- argument checks ----------------------------------------------------------------------------
+
+
+def _model_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available models: {', '.join(available_models())}")
+    return MODELS[name]
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+
+
+def _check_load_arguments(spec: ModelSpec, batch_size: int, image_size: int, layout: str) -> None:
+    _check_layout(layout)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if spec.feature_count is None and (not isinstance(image_size, int) or image_size < spec.min_image_size):
+        raise ValueError(f"image_size must be an integer >= {spec.min_image_size} for this model, got {image_size!r}")
+
+
+def _single_input(
+    input_shapes: Mapping[str, Sequence[int]] | Sequence[tuple[str, Sequence[int]]],
+) -> tuple[str, tuple[int, ...]]:
+    pairs = list(input_shapes.items()) if isinstance(input_shapes, Mapping) else list(input_shapes)
+    if len(pairs) != 1 or not isinstance(pairs[0], (tuple, list)) or len(pairs[0]) != 2:
+        raise ValueError(
+            "input_shapes must name exactly one input and its shape, e.g. {'input': (1, 3, 224, 224)}; "
+            f"got {input_shapes!r}"
+        )
+    input_name, shape = pairs[0]
+    if not isinstance(input_name, str) or not input_name:
+        raise ValueError(f"input name must be a non-empty string, got {input_name!r}")
+    try:
+        dims = tuple(int(dim) for dim in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"input shape must be a sequence of positive integers, got {shape!r}") from None
+    if not dims or any(dim < 1 for dim in dims):
+        raise ValueError(f"input shape must be a sequence of positive integers, got {shape!r}")
+    return input_name, dims
+
+
+def _load_torchscript(path: str | os.PathLike) -> torch.jit.ScriptModule:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"TorchScript file not found: {os.fspath(path)}")
+    try:
+        module = torch.jit.load(os.fspath(path), map_location="cpu")
+    except Exception as error:  # torch raises RuntimeError, or pickle/zip errors, for non-TorchScript files
+        raise ValueError(
+            f"{os.fspath(path)} is not a TorchScript file (save one with torch.jit.trace(...).save(path)): "
+            f"{_short_message(error)}"
+        ) from error
+    return module.eval()
+
+
+def _check_runs_on(torchscript: torch.jit.ScriptModule, example_input: np.ndarray) -> None:
+    """Run the module once, so that a wrong input shape is reported by PyTorch, not deep in TVM."""
+    try:
+        with torch.no_grad():
+            torchscript(torch.from_numpy(example_input))
+    except Exception as error:
+        raise ValueError(
+            f"the TorchScript module does not accept an input of shape {tuple(example_input.shape)}: "
+            f"{_short_message(error)}"
+        ) from error
