@@ -1,0 +1,164 @@
+"""How far TVM's output is from PyTorch's, in output quantization steps.
+
+A quantized model's output is dequantized: ``(q - zero_point) * scale``. Two implementations that
+disagree on rounding somewhere inside give outputs a whole number of ``scale`` steps apart, so
+``max |tvm - torch| / scale`` is the natural measure of agreement.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+from tvm.relay import dataflow_pattern as pattern
+
+from .models import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepError:
+    """Agreement of two dequantized outputs: the largest and mean distance in steps, and the share
+    of output elements that are equal (within a tenth of a step)."""
+
+    max_steps: float
+    mean_steps: float
+    fraction_equal: float
+
+
+def quantization_step_error(tvm_output: np.ndarray, torch_output: np.ndarray, scale: float) -> float:
+    """The largest distance between the two outputs, in steps of ``scale`` (0.0 when identical)."""
+    return step_error(tvm_output, torch_output, scale).max_steps
+
+
+def step_error(tvm_output: np.ndarray, torch_output: np.ndarray, scale: float) -> StepError:
+    """Max and mean distance in steps of ``scale``, and the share of elements equal."""
+    tvm_output = np.asarray(tvm_output, dtype=np.float64)
+    torch_output = np.asarray(torch_output, dtype=np.float64)
+    if tvm_output.shape != torch_output.shape:
+        raise ValueError(f"output shapes differ: TVM {tvm_output.shape}, PyTorch {torch_output.shape}")
+    if not scale > 0:
+        raise ValueError(f"the quantization scale must be positive, got {scale!r}")
+    steps = np.abs(tvm_output - torch_output) / scale
+    if steps.size == 0:
+        return StepError(0.0, 0.0, 1.0)
+    return StepError(float(steps.max()), float(steps.mean()), float(np.mean(steps < 0.1)))
+
+
+def run_torchscript(module: torch.jit.ScriptModule, example_input: np.ndarray) -> np.ndarray:
+    """The TorchScript module's (first) output on ``example_input``, as numpy."""
+    with torch.no_grad():
+        output = module(torch.from_numpy(np.ascontiguousarray(example_input)))
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    return output.detach().numpy()
+
+
+def build_untuned(
+    mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None, target: str = "llvm"
+) -> tvm.relay.backend.executor_factory.ExecutorFactoryModule:
+    """TVM's default (untuned) build, ``relay.build(mod, target, params=params)``, under the
+    caller's PassContext (TVM's default one is opt level 2) and TVM's fallback schedules."""
+    return relay.build(mod, target=target, params=params)
+
+
+def run_untuned(
+    mod: tvm.IRModule,
+    params: Mapping[str, tvm.nd.NDArray] | None,
+    inputs: Mapping[str, np.ndarray],
+    target: str = "llvm",
+) -> list[np.ndarray]:
+    """Build ``mod`` with :func:`build_untuned` and run it once on CPU with the graph executor."""
+    factory = build_untuned(mod, params, target)
+    executor = graph_executor.GraphModule(factory["default"](tvm.cpu()))
+    for name, value in inputs.items():
+        executor.set_input(name, value)
+    executor.run()
+    return [executor.get_output(index).numpy() for index in range(executor.get_num_outputs())]
+
+
+def compare_untuned_with_torch(model: LoadedModel, target: str = "llvm") -> StepError:
+    """Step error of TVM's untuned build of ``model`` against its TorchScript module, on the
+    example input. Needs a quantized model (one with an output scale)."""
+    if model.output_scale is None:
+        raise ValueError(f"model {model.name!r} has no output quantization scale (is it quantized?)")
+    tvm_output = run_untuned(model.mod, model.params, model.inputs, target)[0]
+    torch_output = run_torchscript(model.torchscript, model.example_input)
+    error = step_error(tvm_output, torch_output, model.output_scale)
+    logger.info(
+        "%s (%s): TVM vs PyTorch max %.2f steps, mean %.3f, %.1f%% equal",
+        model.name,
+        model.layout,
+        error.max_steps,
+        error.mean_steps,
+        100 * error.fraction_equal,
+    )
+    return error
+
+
+# --- diagnosis: round like PyTorch --------------------------------------------------------------
+
+
+class _RoundedIntegerAveragePool(pattern.DFPatternCallback):
+    """``cast<uint8>(adaptive_avg_pool2d(cast<int32>(x)))`` -> the same pool in float32, rounded.
+
+    TVM's frontend averages quantized tensors in int32, and integer division truncates; PyTorch's
+    quantized adaptive average pool rounds to nearest.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = pattern.wildcard()
+        upcast = pattern.is_op("cast")(self.data).has_attr({"dtype": "int32"})
+        self.pool = pattern.is_op("nn.adaptive_avg_pool2d")(upcast)
+        self.pattern = pattern.is_op("cast")(self.pool).has_attr({"dtype": "uint8"})
+
+    def callback(self, pre: relay.Expr, post: relay.Expr, node_map: dict) -> relay.Expr:
+        data = node_map[self.data][0]
+        pool = node_map[self.pool][0]
+        averaged = relay.nn.adaptive_avg_pool2d(
+            relay.cast(data, "float32"),
+            output_size=pool.attrs.output_size,
+            layout=pool.attrs.layout,
+            out_layout=pool.attrs.out_layout,
+        )
+        return relay.cast(relay.round(averaged), "uint8")
+
+
+class _FloatQuantizedAdd(pattern.DFPatternCallback):
+    """``qnn.add`` -> dequantize both operands, add in float32, quantize once.
+
+    TVM's ``qnn.add`` requantizes each operand to the output scale and adds the integers: two
+    roundings. PyTorch's quantized add dequantizes, adds in float and quantizes: one rounding.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pattern = pattern.is_op("qnn.add")(*[pattern.wildcard() for _ in range(8)])
+
+    def callback(self, pre: relay.Expr, post: relay.Expr, node_map: dict) -> relay.Expr:
+        lhs, rhs, lhs_scale, lhs_zero, rhs_scale, rhs_zero, out_scale, out_zero = post.args
+        total = relay.qnn.op.dequantize(lhs, lhs_scale, lhs_zero) + relay.qnn.op.dequantize(rhs, rhs_scale, rhs_zero)
+        return relay.qnn.op.quantize(total, out_scale, out_zero, out_dtype="uint8")
+
+
+def with_torch_rounding(mod: tvm.IRModule) -> tvm.IRModule:
+    """A copy of ``mod`` that rounds like PyTorch where TVM's PyTorch frontend does not.
+
+    A diagnostic, not part of the tuning flow: it replaces the integer average pool and ``qnn.add``
+    (see the two rewrites above) by float versions, so that any remaining difference from PyTorch
+    comes from elsewhere (conv/dense requantization).
+    """
+    main = relay.transform.InferType()(mod)["main"]
+    for rewrite in (_RoundedIntegerAveragePool(), _FloatQuantizedAdd()):
+        main = pattern.rewrite(rewrite, main)
+    rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
+    rewritten["main"] = main
+    return relay.transform.InferType()(rewritten)
