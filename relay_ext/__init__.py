@@ -7,3 +7,4 @@ _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
 from . import tir_converter  # registers relay.backend.tir_converter.inline_constants
 from .config import pass_config
+from . import accuracy, models  # quantized PyTorch models (relay_ext.models.load) and TVM-vs-PyTorch step error
