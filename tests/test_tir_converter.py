@@ -168,6 +168,7 @@ def test_pass_config(variant, converter):
     assert config == {
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": converter,
+        "tir.disable_cse_tir": True,  # see relay_ext.config.BUILD_OPTIONS
     }
     with tvm.transform.PassContext(config=config) as ctx:  # TVM knows both options
         assert str(ctx.config["relay.backend.tir_converter"]) == converter
