@@ -8,3 +8,5 @@ _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 from . import tir_converter  # registers relay.backend.tir_converter.inline_constants
 from .config import pass_config
 from . import accuracy, models  # quantized PyTorch models (relay_ext.models.load) and TVM-vs-PyTorch step error
+from .tuning import compile_model as compile  # noqa: A001 - the issue's name: relay_ext.compile
+from .tuning import extract_tasks, run_module, tune
