@@ -65,8 +65,18 @@ def build_untuned(
     mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None, target: str = "llvm"
 ) -> tvm.relay.backend.executor_factory.ExecutorFactoryModule:
     """TVM's default (untuned) build, ``relay.build(mod, target, params=params)``, under the
-    caller's PassContext (TVM's default one is opt level 2) and TVM's fallback schedules."""
-    return relay.build(mod, target=target, params=params)
+    caller's PassContext (TVM's default one is opt level 2) and TVM's fallback schedules.
+
+    It builds a copy: QNN canonicalization writes the default ``rounding`` and ``compute_dtype``
+    into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
+    requantize.cc), which would change the structural hash of the caller's module.
+    """
+    return relay.build(copy_module(mod), target=target, params=params)
+
+
+def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
+    """A deep copy of a Relay module (attributes included), through TVM's JSON serialization."""
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
 
 
 def run_untuned(
