@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ class LoadedModel:
     example_input: np.ndarray
     output_scale: float | None
     layout: str
-    quantized: bool = field(default=True)
+    quantized: bool = True
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
@@ -310,6 +311,10 @@ def _has_qnn_ops(mod: tvm.IRModule) -> bool:
     return bool(found)
 
 
+# "Traceback (most recent call last):", "File ...", and TVM's numbered C++ frames "12: tvm::...".
+_BACKTRACE_LINE = re.compile(r"^(Traceback|File |at |\d+: )")
+
+
 def _short_message(error: BaseException) -> str:
     """The useful line of an error message: TVM's carry a C++ backtrace before or after it."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
@@ -318,8 +323,7 @@ def _short_message(error: BaseException) -> str:
     for line in lines:
         if "Check failed" in line or line.startswith(("TVMError:", "InternalError:", "ValueError:")):
             return line
-    frames = ("File ", "at ", "Traceback", "0:", "1:", "2:", "3:")
-    meaningful = [line for line in lines if not line.startswith(frames)]
+    meaningful = [line for line in lines if not _BACKTRACE_LINE.match(line)]
     return (meaningful or lines)[-1][:500]
 
 
