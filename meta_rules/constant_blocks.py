@@ -19,6 +19,7 @@ import logging
 
 from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
+from tvm.tir.schedule import _ffi_api as _schedule_api
 from tvm.tir.schedule.analysis import is_output_block
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,15 @@ logger = logging.getLogger(__name__)
 def is_constant_block(block: tir.Block) -> bool:
     """True when ``block`` reads no buffer and writes exactly one."""
     return len(block.reads) == 0 and len(block.writes) == 1
+
+
+def block_of(sch: Schedule, block_rv: BlockRV) -> tir.Block:
+    """``sch.get(block_rv)`` without the Python type checker around ``Schedule.get``.
+
+    The schedule rules call this once per block of every design space; the type checker is most
+    of the cost of a call (measured in benchmarks/rule_overhead.py).
+    """
+    return _schedule_api.ScheduleGet(sch, block_rv)  # type: ignore[attr-defined]
 
 
 def is_scalar_constant_block(block: tir.Block) -> bool:

@@ -30,7 +30,7 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .constant_blocks import is_constant_block, try_compute_inline
+from .constant_blocks import block_of, is_constant_block, try_compute_inline
 
 
 @derived_object
@@ -41,7 +41,7 @@ class InlineConstantBlocks(PyScheduleRule):
         pass
 
     def apply(self, sch: Schedule, block: BlockRV) -> List[Schedule]:
-        if is_constant_block(sch.get(block)):
+        if is_constant_block(block_of(sch, block)):
             try_compute_inline(sch, block, "InlineConstantBlocks")
         return [sch]
 
