@@ -1,0 +1,181 @@
+"""The static fusion report behind ``quantfuse fusion``: no tuning, only design spaces.
+
+For each tuning task of a Relay module: its anchor op, and under each variant the number of
+global-memory intermediates its design spaces leave (:func:`meta_rules.fusion.global_intermediates`,
+the worst space) and the bytes of global traffic they cost: each such buffer is written once and
+read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end.
+
+    report = fusion_report(m.mod, m.params, "nvidia/nvidia-a100", variants=("legacy", "ours"))
+    report.totals["ours"]["intermediates"], report.tasks[0].variants["legacy"].bytes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import tvm
+from tvm import tir
+
+import meta_rules
+from meta_rules import fusion
+from meta_rules.rule_sets import TargetLike, check_variant
+
+from .tuning import extract_tasks, normalize_target
+
+
+@dataclasses.dataclass
+class VariantResult:
+    """One task under one variant: the worst design space's intermediates and their traffic."""
+
+    intermediates: int          # max over design spaces
+    bytes: int                  # max over design spaces: sum of buffer bytes x 2 (write + read)
+    buffers: List[str]          # the buffers of the space with the most intermediates
+    spaces: int                 # number of design spaces generated
+
+
+@dataclasses.dataclass
+class TaskFusion:
+    name: str
+    anchor: str                 # the op the task is built around (conv2d, dense, pool ...)
+    weight: float
+    variants: Dict[str, VariantResult]
+
+
+@dataclasses.dataclass
+class FusionReport:
+    target: str
+    variants: List[str]
+    tasks: List[TaskFusion]
+
+    @property
+    def totals(self) -> Dict[str, Dict[str, int]]:
+        """Per variant: intermediates and bytes summed over tasks, and tasks with any intermediate."""
+        return {
+            v: {
+                "intermediates": sum(t.variants[v].intermediates for t in self.tasks),
+                "bytes": sum(t.variants[v].bytes for t in self.tasks),
+                "tasks_with_intermediates": sum(t.variants[v].intermediates > 0 for t in self.tasks),
+            }
+            for v in self.variants
+        }
+
+    def to_dict(self) -> Dict:
+        return {
+            "target": self.target,
+            "variants": list(self.variants),
+            "tasks": [dataclasses.asdict(t) for t in self.tasks],
+            "totals": self.totals,
+        }
+
+
+def parse_variants(text: str) -> List[str]:
+    """``"legacy,upstream,ours"`` -> a list of checked variant names (ValueError on an unknown one)."""
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise ValueError(f"no variant given; use a comma-separated list of {', '.join(meta_rules.VARIANTS)}")
+    for name in names:
+        check_variant(name)
+    return list(dict.fromkeys(names))
+
+
+def fusion_report(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    variants: Sequence[str] = ("legacy", "upstream", "ours"),
+    rand_state: int = 1,
+) -> FusionReport:
+    """The fusion report of a Relay module on ``target`` (design spaces only, nothing is tuned).
+
+    Tasks are extracted under each variant (its TE->TIR converter decides how Relay's constants
+    reach the TIR) and paired by position (the task list is the same); each variant's design
+    spaces are generated for its own TIR.
+    """
+    variants = [check_variant(v) for v in variants]
+    target = normalize_target(target)
+    per_variant = {v: extract_tasks(mod, params, target, v) for v in variants}
+    tasks = per_variant[variants[0]]
+    for variant, others in per_variant.items():
+        if [t.task_name for t in others] != [t.task_name for t in tasks]:
+            raise RuntimeError(f"variant {variant} extracts other tasks than {variants[0]}; "
+                               "the per-task report cannot pair them")
+    rows = []
+    for index, task in enumerate(tasks):
+        results = {}
+        for variant in variants:
+            task_mod = per_variant[variant][index].dispatched[0]
+            spaces = fusion.design_spaces(task_mod, target, variant, rand_state=rand_state)
+            per_space = []
+            for space in spaces:
+                names = fusion.global_intermediates(space.mod)
+                sizes = _buffer_bytes(space.mod)
+                per_space.append((names, sum(2 * sizes.get(n, 0) for n in names)))
+            worst = max(per_space, key=lambda p: (len(p[0]), p[1]), default=([], 0))
+            results[variant] = VariantResult(
+                intermediates=len(worst[0]),
+                bytes=max((p[1] for p in per_space), default=0),
+                buffers=sorted(worst[0]),
+                spaces=len(spaces),
+            )
+        rows.append(TaskFusion(task.task_name, anchor_op(task.dispatched[0], task.task_name),
+                               float(task.weight), results))
+    return FusionReport(str(target), variants, rows)
+
+
+# Relay ops a fused task is named after (``fused_nn_<op>_...``), longest first.
+_KNOWN_NN_OPS = sorted([
+    "contrib_conv2d_NCHWc", "contrib_conv2d_winograd_without_weight_transform",
+    "contrib_dense_pack", "conv2d_transpose", "conv2d", "conv1d", "conv3d", "dense",
+    "batch_matmul", "matmul", "adaptive_avg_pool2d", "adaptive_max_pool2d", "global_avg_pool2d",
+    "global_max_pool2d", "avg_pool2d", "max_pool2d", "pad", "softmax", "relu", "bias_add",
+], key=len, reverse=True)
+
+
+def anchor_op(mod: tvm.IRModule, task_name: str = "") -> str:
+    """The op a task is built around: the Relay op its name starts with when that is an ``nn`` op
+    (``fused_nn_conv2d_add_...`` -> ``nn.conv2d``), else its first reduction block in the TIR,
+    else the first op of its name marked ``(injective)``."""
+    name = re.sub(r"^fused_", "", task_name)
+    if name.startswith("nn_"):
+        for op in _KNOWN_NN_OPS:
+            if name[3:] == op or name[3:].startswith(op + "_"):
+                return f"nn.{op}"
+    reductions: List[str] = []
+    for func in mod.functions.values():
+        if isinstance(func, tir.PrimFunc):
+            tir.stmt_functor.post_order_visit(func.body, lambda node: reductions.append(node.name_hint)
+                                              if isinstance(node, tir.Block) and any(
+                                                  iv.iter_type == tir.IterVar.CommReduce
+                                                  for iv in node.iter_vars) else None)
+    # post_order_visit meets sibling blocks in program order: the first reduction comes first.
+    if reductions and reductions[0] != "compute":
+        return re.sub(r"^T_", "", re.sub(r"_\d+$", "", reductions[0]))
+    first = name.split("_")[0] if name else "?"
+    return f"{first} ({'reduction' if reductions else 'injective'})"
+
+
+def _buffer_bytes(mod: tvm.IRModule) -> Dict[str, int]:
+    """Bytes of every allocated buffer of ``mod``, keyed like :func:`fusion.global_intermediates`."""
+    funcs = [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tir.PrimFunc)]
+    sizes: Dict[str, int] = {}
+    for func_name, func in funcs:
+        def visit(node, func_name=func_name):
+            if isinstance(node, tir.Block):
+                for buf in node.alloc_buffers:
+                    key = buf.name if len(funcs) == 1 else f"{func_name}/{buf.name}"
+                    sizes[key] = _nbytes(buf)
+
+        tir.stmt_functor.post_order_visit(func.body, visit)
+    return sizes
+
+
+def _nbytes(buf: tir.Buffer) -> int:
+    elements = 1
+    for dim in buf.shape:
+        if not isinstance(dim, (tir.IntImm, int)):
+            return 0  # a symbolic shape: no static size
+        elements *= int(dim)
+    dtype = tvm.DataType(buf.dtype)
+    return elements * ((dtype.bits * dtype.lanes + 7) // 8)
