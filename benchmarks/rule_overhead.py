@@ -19,14 +19,9 @@ from tvm import meta_schedule as ms
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
-from relay_ext.te_workloads import quantized_conv2d_nhwc, quantized_dense
+from relay_ext.te_workloads import BENCHMARK_TASKS
 
-TASKS: Dict[str, Callable[[], tvm.IRModule]] = {
-    "seed: int8 conv2d 3x3 NHWC 16x16x64->64 + requantize": quantized_conv2d_nhwc,
-    "int8 conv2d 1x1 NHWC 14x14x128->256 + requantize": lambda: quantized_conv2d_nhwc(
-        height=14, width=14, in_channels=128, out_channels=256, kernel=1),
-    "int8 dense 16x512->128 + requantize": lambda: quantized_dense(16, 512, 128),
-}
+TASKS: Dict[str, Callable[[], tvm.IRModule]] = BENCHMARK_TASKS
 TARGETS = {
     "a100 (cuda-tensorcore)": "nvidia/nvidia-a100",
     "cuda sm_70": "cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "

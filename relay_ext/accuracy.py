@@ -15,9 +15,9 @@ import numpy as np
 import torch
 import tvm
 from tvm import relay
-from tvm.contrib import graph_executor
 from tvm.relay import dataflow_pattern as pattern
 
+from .executing import copy_module, run_module
 from .models import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -74,11 +74,6 @@ def build_untuned(
     return relay.build(copy_module(mod), target=target, params=params)
 
 
-def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
-    """A deep copy of a Relay module (attributes included), through TVM's JSON serialization."""
-    return tvm.ir.load_json(tvm.ir.save_json(mod))
-
-
 def run_untuned(
     mod: tvm.IRModule,
     params: Mapping[str, tvm.nd.NDArray] | None,
@@ -86,12 +81,7 @@ def run_untuned(
     target: str = "llvm",
 ) -> list[np.ndarray]:
     """Build ``mod`` with :func:`build_untuned` and run it once on CPU with the graph executor."""
-    factory = build_untuned(mod, params, target)
-    executor = graph_executor.GraphModule(factory["default"](tvm.cpu()))
-    for name, value in inputs.items():
-        executor.set_input(name, value)
-    executor.run()
-    return [executor.get_output(index).numpy() for index in range(executor.get_num_outputs())]
+    return run_module(build_untuned(mod, params, target), inputs)
 
 
 def compare_untuned_with_torch(model: LoadedModel, target: str = "llvm") -> StepError:

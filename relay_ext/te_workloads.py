@@ -88,3 +88,12 @@ def quantized_dense(batch: int = 16, in_features: int = 64, out_features: int = 
     acc = topi.nn.dense(data, weight, out_dtype="int32")
     out = requantize_epilogue(acc, multiplier, shift)
     return tvm.IRModule({"main": te.create_prim_func([data, weight, multiplier, shift, out])})
+
+
+# The quantized tasks the benchmarks time, by a name that says what they are.
+BENCHMARK_TASKS = {
+    "seed: int8 conv2d 3x3 NHWC 16x16x64->64 + requantize": quantized_conv2d_nhwc,
+    "int8 conv2d 1x1 NHWC 14x14x128->256 + requantize": lambda: quantized_conv2d_nhwc(
+        height=14, width=14, in_channels=128, out_channels=256, kernel=1),
+    "int8 dense 16x512->128 + requantize": lambda: quantized_dense(16, 512, 128),
+}

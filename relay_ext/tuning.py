@@ -23,7 +23,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import tvm
 from tvm import meta_schedule as ms
-from tvm.contrib import graph_executor
 from tvm.meta_schedule.utils import cpu_count, fork_seed
 from tvm.target import Target
 
@@ -35,6 +34,7 @@ from meta_rules.resilient_space_generator import (
 )
 from meta_rules.rule_sets import TargetLike, as_target, check_variant
 
+from .executing import copy_module, run_module  # noqa: F401 - run_module is part of the flow
 from .config import build_candidate, pass_config
 
 logger = logging.getLogger(__name__)
@@ -63,10 +63,13 @@ def extract_tasks(
     target: TargetLike,
     variant: str = "ours",
 ) -> List[ms.ExtractedTask]:
-    """The tuning tasks of a Relay module, lowered with ``variant``'s converter."""
+    """The tuning tasks of a Relay module, lowered with ``variant``'s converter.
+
+    Works on a copy: Relay's QNN canonicalization writes attributes into the module it lowers.
+    """
     check_variant(variant)
     return list(ms.relay_integration.extract_tasks(
-        mod, normalize_target(target), params, pass_config=pass_config(variant)))
+        copy_module(mod), normalize_target(target), params, pass_config=pass_config(variant)))
 
 
 @dataclasses.dataclass
@@ -228,21 +231,11 @@ def compile_model(
     target: TargetLike,
     variant: str = "ours",
 ) -> tvm.runtime.Module:
-    """Build the Relay module with the tuned records of ``database`` (graph executor factory)."""
+    """Build the Relay module with the tuned records of ``database`` (graph executor factory).
+
+    Works on a copy of ``mod``, like :func:`extract_tasks`.
+    """
     check_variant(variant)
     return ms.relay_integration.compile_relay(
-        database, mod, normalize_target(target), params, pass_config=pass_config(variant))
-
-
-def run_module(
-    lib: tvm.runtime.Module,
-    inputs: Mapping[str, np.ndarray],
-    device: Optional[tvm.runtime.Device] = None,
-) -> List[np.ndarray]:
-    """Run a compiled graph module on numpy inputs; return every output as numpy."""
-    device = device or tvm.cpu()
-    module = graph_executor.GraphModule(lib["default"](device))
-    for name, value in inputs.items():
-        module.set_input(name, value)
-    module.run()
-    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+        database, copy_module(mod), normalize_target(target), params,
+        pass_config=pass_config(variant))
