@@ -24,6 +24,7 @@ from tvm import tir
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
+from meta_rules.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules.verify_lowered_gpu_code import (VerifyLoweredGPUCode, lower_for_verification,
                                                 thread_extent_rejections)
 from relay_ext.te_workloads import BENCHMARK_TASKS
@@ -39,21 +40,14 @@ TARGETS = {
 def sample_candidates(mod: tvm.IRModule, target: tvm.target.Target, count: int,
                       rand_state: int = 0) -> List[tir.Schedule]:
     """``count`` candidates (or fewer, after 20 x count tries) from the "ours" design spaces."""
-    procs = meta_rules.postprocs(target, "upstream")
-    ms.TuneContext(mod=mod, target=target, task_name="sample",
-                   space_generator=ms.space_generator.PostOrderApply(
-                       sch_rules=[], postprocs=procs, mutator_probs={}))
-    before = procs[:[isinstance(p, ms.postproc.VerifyGPUCode) for p in procs].index(True)]
+    before = postprocs_before_gpu_verifier(mod, target)
     spaces = meta_rules.fusion.design_spaces(mod, target, "ours", rand_state=rand_state)
     out: List[tir.Schedule] = []
     for seed in range(1, 20 * count + 1):
         if len(out) == count:
             break
-        space = spaces[seed % len(spaces)]
-        sch = tir.Schedule(mod, seed=seed)
-        tir.schedule.Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-        sch.enter_postproc()
-        if all(p.apply(sch) for p in before):
+        sch = draw_candidate(mod, spaces[seed % len(spaces)], seed, before)
+        if sch is not None:
             out.append(sch)
     return out
 

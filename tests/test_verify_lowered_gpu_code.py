@@ -10,6 +10,7 @@ from tvm import meta_schedule as ms
 from tvm import te, tir
 
 import meta_rules
+from meta_rules.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules import VerifyLoweredGPUCode
 from meta_rules import verify_lowered_gpu_code as vlg
 from relay_ext.te_workloads import quantized_conv2d_nhwc, quantized_dense, requantize_epilogue
@@ -351,21 +352,11 @@ def test_counts_from_evolutionary_search_threads_are_readable():
 def _sampled_candidates(mod, target, per_space: int) -> List[tir.Schedule]:
     """Candidates from the "ours" design spaces: each space's trace replayed with fresh decisions,
     then the postprocs that run before the verifier in TVM's CUDA list."""
-    procs = meta_rules.postprocs(target, "upstream")
-    ms.TuneContext(mod=mod, target=target, task_name="sample",
-                   space_generator=ms.space_generator.PostOrderApply(
-                       sch_rules=[], postprocs=procs, mutator_probs={}))
-    before = procs[:[isinstance(p, ms.postproc.VerifyGPUCode) for p in procs].index(True)]
-    out = []
+    before = postprocs_before_gpu_verifier(mod, target)
     spaces = meta_rules.fusion.design_spaces(mod, target, "ours", rand_state=0)
-    for space in spaces:
-        for seed in range(1, per_space + 1):
-            sch = tir.Schedule(mod, seed=seed)
-            tir.schedule.Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            if all(p.apply(sch) for p in before):
-                out.append(sch)
-    return out
+    drawn = (draw_candidate(mod, space, seed, before)
+             for space in spaces for seed in range(1, per_space + 1))
+    return [sch for sch in drawn if sch is not None]
 
 
 @pytest.mark.parametrize("name, build, per_space", [
