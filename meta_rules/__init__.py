@@ -7,7 +7,8 @@ Importing this package registers the custom schedule rule ``compute_inline`` for
 from . import fusion
 from .compute_inline_custom_rule import compute_inline, register_compute_inline
 from .inline_constant_blocks import InlineConstantBlocks
-from .rule_sets import VARIANTS, mutator_probs, postprocs, schedule_rules, space_generator
+from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
+                        space_generator)
 from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 # --- registration, in one place ------------------------------------------------------------------
@@ -22,6 +23,7 @@ __all__ = [
     "mutator_probs",
     "postprocs",
     "register_compute_inline",
+    "rule_set",
     "schedule_rules",
     "space_generator",
 ]

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 VARIANTS = ("ours", "upstream", "legacy")
 
 TargetLike = Union[str, Target]
+PostOrderApplyDefaults = Tuple[List[ms.ScheduleRule], List[ms.Postproc], Dict[ms.Mutator, float]]
 
 
 def check_variant(variant: str) -> str:
@@ -77,9 +78,6 @@ def _ask_tvm(target: Target) -> PostOrderApplyDefaults:
     return list(space.sch_rules), list(space.postprocs), dict(space.mutator_probs)
 
 
-PostOrderApplyDefaults = Tuple[List[ms.ScheduleRule], List[ms.Postproc], Dict[ms.Mutator, float]]
-
-
 def kinds_with_defaults() -> List[str]:
     """Target kinds for which MetaSchedule picks default rules (asked of TVM, one kind at a time)."""
     kinds = []
@@ -94,42 +92,48 @@ def kinds_with_defaults() -> List[str]:
     return kinds
 
 
-def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.ScheduleRule]:
-    """The schedule rules of ``variant`` for ``target``."""
-    check_variant(variant)
-    rules, _, _ = _ask_tvm(as_target(target))
+def _edit_rules(rules: List[ms.ScheduleRule], variant: str) -> List[ms.ScheduleRule]:
     if variant == "upstream":
         return rules
     rules = [r for r in rules if not isinstance(r, ms.schedule_rule.InlineConstantScalars)]
     if variant == "ours":
         custom = [i for i, r in enumerate(rules) if isinstance(r, ms.schedule_rule.ApplyCustomRule)]
-        at = custom[0] + 1 if custom else 0
-        rules.insert(at, InlineConstantBlocks())
+        rules.insert(custom[0] + 1 if custom else 0, InlineConstantBlocks())
     return rules
+
+
+def _edit_postprocs(procs: List[ms.Postproc], variant: str) -> List[ms.Postproc]:
+    if variant != "ours":
+        return procs
+    return [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p for p in procs]
+
+
+def rule_set(target: TargetLike, variant: str = "ours") -> PostOrderApplyDefaults:
+    """Schedule rules, postprocs and mutator probabilities of ``variant`` for ``target``, from one
+    question to TVM (fresh objects on every call)."""
+    check_variant(variant)
+    rules, procs, probs = _ask_tvm(as_target(target))
+    return (_edit_rules(rules, variant), _edit_postprocs(procs, variant),
+            {m: float(p) for m, p in probs.items()})
+
+
+def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.ScheduleRule]:
+    """The schedule rules of ``variant`` for ``target``."""
+    return rule_set(target, variant)[0]
 
 
 def postprocs(target: TargetLike, variant: str = "ours") -> List[ms.Postproc]:
     """The postprocessors of ``variant`` for ``target``: TVM's defaults, except that ``"ours"``
     replaces TVM's ``VerifyGPUCode`` (GPU targets only) by :class:`VerifyLoweredGPUCode`."""
-    check_variant(variant)
-    _, procs, _ = _ask_tvm(as_target(target))
-    if variant == "ours":
-        procs = [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p
-                 for p in procs]
-    return procs
+    return rule_set(target, variant)[1]
 
 
 def mutator_probs(target: TargetLike) -> Dict[ms.Mutator, float]:
     """TVM's default mutator probabilities for ``target`` (the same for every variant)."""
-    _, _, probs = _ask_tvm(as_target(target))
-    return {m: float(p) for m, p in probs.items()}
+    return rule_set(target, "upstream")[2]
 
 
 def space_generator(target: TargetLike, variant: str = "ours") -> ms.space_generator.PostOrderApply:
     """A PostOrderApply carrying the rules, postprocs and mutators of ``variant`` for ``target``."""
-    check_variant(variant)
-    return ms.space_generator.PostOrderApply(
-        sch_rules=schedule_rules(target, variant),
-        postprocs=postprocs(target, variant),
-        mutator_probs=mutator_probs(target),
-    )
+    rules, procs, probs = rule_set(target, variant)
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=procs, mutator_probs=probs)

@@ -100,13 +100,10 @@ def tune_contexts(
     default schedule, and its report says so.
     """
     target = normalize_target(target)
-    rules = lambda: (meta_rules.schedule_rules(target, variant),  # noqa: E731 - fresh per task
-                     meta_rules.postprocs(target, variant), meta_rules.mutator_probs(target))
     contexts, weights, reports = [], [], []
     for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
         task_logger = task_log(work_dir, index, task.task_name)
-        sch_rules, postprocs, mutators = rules()
-        space = ResilientPostOrderApply(sch_rules, postprocs, mutators)
+        space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))  # fresh per task
         context = ms.TuneContext(
             mod=task.dispatched[0], target=target, space_generator=space,
             search_strategy=strategy if isinstance(strategy, str) else strategy.clone(),
