@@ -1,0 +1,341 @@
+"""``quantfuse``: the command line of quantfuse.
+
+    quantfuse models                                   # the built-in quantized models
+    quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
+    quantfuse tune --model resnet18 --target llvm --trials 200 --work-dir work   # resumable
+
+``--model`` takes a built-in name or a TorchScript file (then ``--input-shape 1,3,224,224``).
+Bad input (unknown model, bad target, unwritable work dir, trials <= 0, a work dir whose database
+is not MetaSchedule's) is one line on stderr and exit code 2; ``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+RUN_FILE = "quantfuse_tune.json"  # what a work dir was tuned for: model, target, variant
+logger = logging.getLogger("quantfuse")
+
+
+class BadInput(Exception):
+    """Wrong input from the user: one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print the usage and exit; we print one line
+        raise BadInput(f"{message} (see '{self.prog} --help')")
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--verbose", action="store_true", help="debug logging; tracebacks on errors")
+    model = _Parser(add_help=False)
+    model.add_argument("--model", required=True,
+                       help="a built-in model (see 'quantfuse models') or a TorchScript file")
+    model.add_argument("--input-shape", help="the input shape of a TorchScript file, e.g. 1,3,224,224")
+    model.add_argument("--image-size", type=_positive_int, default=224,
+                       help="input image size of a built-in image model (default 224)")
+    model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
+                       help="conv2d data layout of the Relay module (default NCHW)")
+    model.add_argument("--target", required=True,
+                       help="a TVM target: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100, "
+                            "'cuda -arch=sm_80' ...")
+
+    parser = _Parser(prog="quantfuse", description=__doc__.split("\n", 1)[1], parents=[common],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    sub.add_parser("models", parents=[common], help="list the built-in quantized models",
+                   description="List the built-in quantized models and what they are.")
+    fusion = sub.add_parser(
+        "fusion", parents=[common, model], help="static fusion report (no tuning)",
+        description="For each tuning task: its anchor op, the global-memory intermediates its "
+                    "design spaces leave under each variant (worst space) and the bytes of global "
+                    "traffic they cost (write + read); totals per variant. Nothing is tuned.")
+    fusion.add_argument("--variants", default="legacy,upstream,ours",
+                        help="comma-separated variants to compare (default legacy,upstream,ours)")
+    fusion.add_argument("--json", action="store_true", help="print the report as JSON")
+    fusion.add_argument("--out", help="also write the report as a Markdown table to this file")
+    tune = sub.add_parser(
+        "tune", parents=[common, model], help="tune with MetaSchedule into a work dir (resumable)",
+        description="Tune the model's tasks with MetaSchedule; the JSON database goes to "
+                    "--work-dir. --trials is the total budget of the work dir: running the same "
+                    "command again continues from the records it holds. A half-written last line "
+                    "(a killed run) is set aside in <file>.broken-<time> with a warning.")
+    tune.add_argument("--trials", type=_positive_int, required=True,
+                      help="total number of measured candidates for the work dir")
+    tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
+    tune.add_argument("--variant", default="ours", help="rule set: ours (default), upstream, legacy")
+    tune.add_argument("--seed", type=int, default=None, help="random seed of the search")
+    return parser
+
+
+# --- shared steps -------------------------------------------------------------------------------
+
+
+def _target(text: str, variant: str = "ours"):
+    import meta_rules
+    from meta_rules.rule_sets import as_target
+
+    try:
+        target = as_target(text)
+        meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
+    except ValueError as error:
+        raise BadInput(f"{error}; examples: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100") from None
+    return target
+
+
+def _parse_shape(text: Optional[str]):
+    if not text:
+        raise BadInput("a TorchScript model needs its input shape: add --input-shape 1,3,224,224")
+    try:
+        shape = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise BadInput(f"--input-shape {text!r} is not a list of positive integers, e.g. 1,3,224,224")
+    return shape
+
+
+def _looks_like_path(text: str) -> bool:
+    return os.sep in text or text.endswith((".pt", ".pth", ".ts", ".torchscript")) or os.path.exists(text)
+
+
+def _check_model(args) -> None:
+    """The cheap checks of --model, before anything slow runs."""
+    from relay_ext import models
+
+    if _looks_like_path(args.model):
+        _parse_shape(args.input_shape)
+        if not os.path.isfile(args.model):
+            raise BadInput(f"TorchScript file not found: {args.model}; pass a built-in model "
+                           f"({', '.join(models.available_models())}) or an existing file")
+    elif args.model not in models.MODELS:
+        raise BadInput(f"unknown model {args.model!r}; built-in models: "
+                       f"{', '.join(models.available_models())} (or a TorchScript file path)")
+
+
+def _load_model(args):
+    from relay_ext import models
+
+    _check_model(args)
+    try:
+        if _looks_like_path(args.model):
+            return models.from_torchscript(args.model, {models.DEFAULT_INPUT_NAME: _parse_shape(args.input_shape)},
+                                           layout=args.layout)
+        return models.load(args.model, image_size=args.image_size, layout=args.layout)
+    except (ValueError, FileNotFoundError) as error:
+        raise BadInput(str(error)) from None
+
+
+def _writable_dir(path: str) -> Path:
+    work_dir = Path(path)
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=work_dir, prefix=".quantfuse-write-test"):
+            pass
+    except OSError as error:
+        raise BadInput(f"cannot write to work dir {path!r} ({error.strerror or error}); "
+                       "pass a --work-dir you can write to") from None
+    return work_dir
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def cmd_models(args) -> int:
+    from relay_ext.demo import print_table
+    from relay_ext import models
+
+    rows = [[name, models.MODELS[name].description] for name in models.available_models()]
+    print_table(["model", "description"], rows)
+    print("\nOr a TorchScript file: --model my_model.pt --input-shape 1,3,224,224")
+    return 0
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def fusion_rows(report) -> List[List[str]]:
+    rows = []
+    for task in report.tasks:
+        rows.append([task.name if len(task.name) <= 60 else task.name[:57] + "...", task.anchor]
+                    + [f"{task.variants[v].intermediates} ({_human_bytes(task.variants[v].bytes)})"
+                       for v in report.variants])
+    totals = report.totals
+    rows.append(["TOTAL", f"{len(report.tasks)} tasks"]
+                + [f"{totals[v]['intermediates']} ({_human_bytes(totals[v]['bytes'])}) in "
+                   f"{totals[v]['tasks_with_intermediates']} tasks" for v in report.variants])
+    return rows
+
+
+def _markdown(report, title: str) -> str:
+    header = ["task", "anchor", *report.variants]
+    lines = [f"# Fusion report: {title}", "", f"Target: `{report.target}`", "",
+             "Global-memory intermediates of each task's worst design space, and the bytes of "
+             "global traffic they cost (write + read).", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in fusion_rows(report)]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_fusion(args) -> int:
+    from relay_ext.demo import print_table
+    from relay_ext.fusion_report import fusion_report, parse_variants
+
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as error:
+        raise BadInput(f"--variants: {error}") from None
+    _check_model(args)
+    target = _target(args.target, variants[0])
+    out = Path(args.out) if args.out else None
+    if out is not None and not os.access(out.parent if str(out.parent) else ".", os.W_OK):
+        raise BadInput(f"cannot write --out {args.out!r}: its directory is missing or not writable")
+    loaded = _load_model(args)
+    report = fusion_report(loaded.mod, loaded.params, target, variants)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(f"Fusion report for {loaded.name} ({loaded.layout}) on {report.target}")
+        print("per variant: global-memory intermediates of the worst design space (bytes of "
+              "global traffic, write + read)\n")
+        print_table(["task", "anchor", *report.variants], fusion_rows(report))
+    if out is not None:
+        out.write_text(_markdown(report, f"{loaded.name} ({loaded.layout})"))
+        print(f"\nwrote {out}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _search_strategy():
+    """MetaSchedule's search strategy for ``quantfuse tune`` (tests replace it by a small one)."""
+    return "evolutionary"
+
+
+def _check_same_run(work_dir: Path, run: dict) -> None:
+    path = work_dir / RUN_FILE
+    if not path.exists():
+        return
+    try:
+        previous = json.loads(path.read_text())
+    except ValueError:
+        raise BadInput(f"{path} is not quantfuse's (not JSON); remove it or pick another --work-dir") from None
+    different = {k: (previous.get(k), v) for k, v in run.items() if previous.get(k) != v}
+    if different:
+        what = ", ".join(f"{k} {old!r} (now {new!r})" for k, (old, new) in different.items())
+        raise BadInput(f"work dir {str(work_dir)!r} holds tuning for {what}; "
+                       "run the same command again to resume, or pick another --work-dir")
+
+
+def cmd_tune(args) -> int:
+    from meta_rules.rule_sets import check_variant
+    from relay_ext.database_repair import NotADatabaseError, repair_database
+    from relay_ext.tuning import normalize_target, read_tuning_summary, tune
+
+    try:
+        check_variant(args.variant)
+    except ValueError as error:
+        raise BadInput(f"--variant: {error}") from None
+    _check_model(args)
+    target = normalize_target(_target(args.target, args.variant))
+    work_dir = _writable_dir(args.work_dir)
+    try:
+        before = repair_database(work_dir)
+    except NotADatabaseError as error:
+        raise BadInput(f"{error}; move it away or pick another --work-dir") from None
+    run = {"model": os.path.abspath(args.model) if _looks_like_path(args.model) else args.model,
+           "input_shape": args.input_shape if _looks_like_path(args.model) else None,
+           "image_size": None if _looks_like_path(args.model) else args.image_size,
+           "layout": args.layout, "target": str(target), "variant": args.variant}
+    _check_same_run(work_dir, run)
+    remaining = args.trials - before["records"]
+    if remaining <= 0:
+        print(f"{work_dir} already holds {before['records']} records (--trials {args.trials}); "
+              "nothing to do. Raise --trials to tune further.")
+        return 0
+    loaded = _load_model(args)
+    (work_dir / RUN_FILE).write_text(json.dumps(run, indent=2))
+    if before["records"]:
+        print(f"resuming: {before['records']} records in {work_dir}, {remaining} trials to go")
+    database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=remaining,
+                    variant=args.variant, num_trials_per_iter=min(16, remaining), seed=args.seed,
+                    strategy=_search_strategy())
+    summary = read_tuning_summary(work_dir)
+    tuned = sum(t["tuned"] for t in summary["tasks"])
+    print(f"tuned {loaded.name} on {target} ({args.variant}): {len(database)} records in "
+          f"{work_dir} (was {before['records']}); {tuned} of {len(summary['tasks'])} tasks tuned")
+    if summary["left_to_default_schedule"]:
+        print("left to TVM's default schedule: " + ", ".join(summary["left_to_default_schedule"]))
+    return 0
+
+
+COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune}
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("quantfuse: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except BadInput as error:
+        if verbose:
+            traceback.print_exc()
+        print(f"quantfuse: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("quantfuse: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line unless --verbose
+        if verbose:
+            traceback.print_exc()
+        line = next((ln for ln in str(error).splitlines() if ln.strip()), type(error).__name__)
+        print(f"quantfuse: failed: {type(error).__name__}: {line} (rerun with --verbose for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
