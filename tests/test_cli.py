@@ -1,0 +1,239 @@
+"""The quantfuse command line: models, fusion report, resumable tune, database repair, bad input."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tvm import meta_schedule as ms
+
+from relay_ext import cli, models
+from relay_ext.database_repair import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
+
+LLVM = "llvm -num-cores 2"
+A100 = "nvidia/nvidia-a100"
+TINY = ["--model", "tiny_resnet", "--image-size", "16"]
+
+
+def _small_search():
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=16, init_measured_ratio=0.5, init_min_unmeasured=4,
+        genetic_num_iters=1, genetic_max_fail_count=2)
+
+
+def _one_error_line(capsys, *fragments):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("quantfuse: error: ") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# --- console script, help, models -------------------------------------------------------------
+
+
+def test_console_script_help():
+    script = Path(sys.executable).with_name("quantfuse")
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for command in ("models", "fusion", "tune"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", ["models", "fusion", "tune"])
+def test_subcommand_help(command, capsys):
+    assert cli.main([command, "--help"]) == 0
+    assert f"usage: quantfuse {command}" in capsys.readouterr().out
+
+
+def test_models_lists_every_model_with_its_description(capsys):
+    assert cli.main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name, spec in models.MODELS.items():
+        assert name in out and spec.description in out
+
+
+# --- fusion -----------------------------------------------------------------------------------
+
+
+def test_fusion_report_ours_never_worse_than_legacy(capsys, tmp_path):
+    out_md = tmp_path / "fusion.md"
+    assert cli.main(["fusion", *TINY, "--target", A100, "--variants", "legacy,upstream,ours",
+                     "--json", "--out", str(out_md)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["variants"] == ["legacy", "upstream", "ours"]
+    assert report["tasks"]
+    for task in report["tasks"]:
+        ours, legacy = task["variants"]["ours"], task["variants"]["legacy"]
+        assert ours["intermediates"] <= legacy["intermediates"], task["name"]
+        assert ours["intermediates"] <= task["variants"]["upstream"]["intermediates"], task["name"]
+        assert task["anchor"]
+    anchors = {task["anchor"] for task in report["tasks"]}
+    assert {"nn.conv2d", "nn.dense"} <= anchors
+    totals = report["totals"]
+    assert totals["ours"]["intermediates"] < totals["legacy"]["intermediates"]
+    assert totals["ours"]["bytes"] < totals["legacy"]["bytes"]
+    markdown = out_md.read_text()
+    assert "| task | anchor | legacy | upstream | ours |" in markdown and "TOTAL" in markdown
+
+
+# --- tune: resumable, repaired ----------------------------------------------------------------
+
+
+def _record_count(work_dir):
+    return len((work_dir / RECORD_FILE).read_text().splitlines())
+
+
+def test_tune_resumes_and_keeps_records(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_search_strategy", _small_search)
+    work_dir = tmp_path / "work"
+    args = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0"]
+
+    assert cli.main([*args, "--trials", "2"]) == 0
+    first = _record_count(work_dir)
+    assert first >= 1
+    first_lines = (work_dir / RECORD_FILE).read_text().splitlines()
+    capsys.readouterr()
+
+    assert cli.main([*args, "--trials", str(first + 2)]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming: {first} records" in out
+    second_lines = (work_dir / RECORD_FILE).read_text().splitlines()
+    assert len(second_lines) >= first
+    assert second_lines[:first] == first_lines  # the first run's records are untouched
+
+    # A run killed while writing: a half-written last record. The next run sets it aside, keeps
+    # every complete record, and MetaSchedule loads the database again.
+    complete = len(second_lines)
+    with open(work_dir / RECORD_FILE, "a") as f:
+        f.write(second_lines[-1][: len(second_lines[-1]) // 2])
+    assert cli.main([*args, "--trials", str(complete)]) == 0  # budget reached: nothing to tune
+    captured = capsys.readouterr()
+    assert "nothing to do" in captured.out
+    assert "broken line" in captured.err
+    assert len(list(work_dir.glob(RECORD_FILE + ".broken-*"))) == 1
+    assert _record_count(work_dir) == complete
+    assert len(ms.database.JSONDatabase(work_dir=str(work_dir))) == complete
+
+    # Another model in the same work dir is refused (its records would mix).
+    assert cli.main(["tune", "--model", "mlp", "--target", LLVM, "--work-dir", str(work_dir),
+                     "--trials", "100"]) == 2
+    _one_error_line(capsys, "pick another --work-dir")
+
+
+# --- database repair, directly ----------------------------------------------------------------
+
+WORKLOAD = json.dumps(["123", "bW9kdWxl"])
+
+
+def _record(index, secs=1e-3):
+    return json.dumps([index, [[[], []], [secs], {"kind": "llvm"}, []]])
+
+
+def test_repair_sets_aside_a_truncated_last_line(tmp_path, caplog):
+    (tmp_path / WORKLOAD_FILE).write_text(WORKLOAD + "\n")
+    half = _record(0)[:17]
+    (tmp_path / RECORD_FILE).write_text(_record(0) + "\n" + _record(0, 2e-3) + "\n" + half)
+    with caplog.at_level(logging.WARNING):
+        result = repair_database(tmp_path)
+    assert result == {"workloads": 1, "records": 2, "broken_workloads": 0, "broken_records": 1}
+    assert (tmp_path / RECORD_FILE).read_text() == _record(0) + "\n" + _record(0, 2e-3) + "\n"
+    (aside,) = tmp_path.glob(RECORD_FILE + ".broken-*")
+    assert aside.read_text() == half + "\n"
+    assert "broken line" in caplog.text
+    # Repairing a sound database changes nothing.
+    assert repair_database(tmp_path)["broken_records"] == 0
+    assert len(list(tmp_path.glob("*.broken-*"))) == 1
+
+
+def test_repair_truncated_workload_drops_records_that_point_at_it(tmp_path):
+    (tmp_path / WORKLOAD_FILE).write_text(WORKLOAD + "\n" + WORKLOAD[:9])
+    (tmp_path / RECORD_FILE).write_text(_record(0) + "\n" + _record(1) + "\n")
+    result = repair_database(tmp_path)
+    assert result["workloads"] == 1 and result["records"] == 1
+    assert result["broken_workloads"] == 1 and result["broken_records"] == 1
+    assert (tmp_path / RECORD_FILE).read_text() == _record(0) + "\n"
+
+
+@pytest.mark.parametrize("content", [
+    "hello, this is not a database\n",
+    json.dumps({"workload": 1}) + "\n",
+    WORKLOAD + "\nnot json\n" + WORKLOAD + "\n",
+])
+def test_repair_refuses_files_that_are_not_metaschedules(tmp_path, content):
+    (tmp_path / WORKLOAD_FILE).write_text(content)
+    with pytest.raises(NotADatabaseError, match="not a MetaSchedule"):
+        repair_database(tmp_path)
+    assert (tmp_path / WORKLOAD_FILE).read_text() == content  # untouched
+    assert not list(tmp_path.glob("*.broken-*"))
+
+
+def test_repair_of_an_empty_work_dir_is_a_no_op(tmp_path):
+    assert repair_database(tmp_path) == {"workloads": 0, "records": 0,
+                                         "broken_workloads": 0, "broken_records": 0}
+
+
+# --- bad input: one line, exit code 2 ---------------------------------------------------------
+
+
+def test_unknown_model_lists_the_names(capsys):
+    assert cli.main(["fusion", "--model", "resnet1000", "--target", LLVM]) == 2
+    _one_error_line(capsys, "resnet1000", "resnet18", "tiny_resnet")
+
+
+def test_unparseable_target(capsys):
+    assert cli.main(["fusion", *TINY, "--target", "not-a-target -x"]) == 2
+    _one_error_line(capsys, "invalid target", "llvm")
+
+
+@pytest.mark.parametrize("trials", ["0", "-3", "many"])
+def test_trials_must_be_positive(trials, capsys, tmp_path):
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", trials,
+                     "--work-dir", str(tmp_path)]) == 2
+    _one_error_line(capsys, "--trials")
+
+
+def test_unwritable_work_dir(capsys, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", "4",
+                     "--work-dir", str(blocker / "work")]) == 2
+    _one_error_line(capsys, "cannot write to work dir", "--work-dir")
+
+
+def test_work_dir_with_a_foreign_database(capsys, tmp_path):
+    (tmp_path / RECORD_FILE).write_text('{"these": "are not tuning records"}\n')
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", "4",
+                     "--work-dir", str(tmp_path)]) == 2
+    _one_error_line(capsys, "not a MetaSchedule", "another --work-dir")
+
+
+def test_torchscript_model_needs_an_input_shape(capsys, tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"")
+    assert cli.main(["fusion", "--model", str(path), "--target", LLVM]) == 2
+    _one_error_line(capsys, "--input-shape")
+    assert cli.main(["fusion", "--model", str(tmp_path / "missing.pt"), "--input-shape", "1,3,8,8",
+                     "--target", LLVM]) == 2
+    _one_error_line(capsys, "not found")
+
+
+def test_verbose_shows_the_traceback(capsys):
+    assert cli.main(["fusion", "--model", "resnet1000", "--target", LLVM, "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "quantfuse: error: unknown model" in err
+
+
+def test_torchscript_file_as_model(capsys, tmp_path):
+    tiny = models.load("tiny_resnet", image_size=16)
+    path = tmp_path / "tiny.pt"
+    tiny.torchscript.save(str(path))
+    assert cli.main(["fusion", "--model", str(path), "--input-shape", "1,3,16,16",
+                     "--target", LLVM, "--variants", "ours", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["tasks"]) >= 4 and report["variants"] == ["ours"]
