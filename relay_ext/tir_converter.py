@@ -38,6 +38,7 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
+from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,12 @@ def is_scalar_constant_block(block: tir.Block) -> bool:
     That is the TIR of a Relay scalar constant; a 0-d block that reads something (a cast of a
     constant, a reduction to a scalar) or computes its value is not one.
     """
-    if len(block.reads) != 0 or len(block.writes) != 1 or block.init is not None:
+    if not reads_nothing_writes_a_scalar(block) or block.init is not None:
         return False
     written = block.writes[0].buffer
     body = block.body
     return (
-        len(written.shape) == 0
-        and isinstance(body, tir.BufferStore)
+        isinstance(body, tir.BufferStore)
         and body.buffer.same_as(written)
         and len(body.indices) == 0
         and isinstance(body.value, (tir.IntImm, tir.FloatImm))
