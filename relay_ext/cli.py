@@ -3,6 +3,8 @@
     quantfuse models                                   # the built-in quantized models
     quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
     quantfuse tune --model resnet18 --target llvm --trials 200 --work-dir work   # resumable
+    quantfuse bench --model resnet18 --target llvm --work-dir work   # TVM vs PyTorch, report.md
+    quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
 
 ``--model`` takes a built-in name or a TorchScript file (then ``--input-shape 1,3,224,224``).
 Bad input (unknown model, bad target, unwritable work dir, trials <= 0, a work dir whose database
@@ -90,6 +92,32 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
     tune.add_argument("--variant", default="ours", help="rule set: ours (default), upstream, legacy")
     tune.add_argument("--seed", type=int, default=None, help="random seed of the search")
+    bench = sub.add_parser(
+        "bench", parents=[common, model], help="latency: TVM tuned vs untuned vs PyTorch int8",
+        description="Compile the model with the work dir's tuned database, check its output "
+                    "against PyTorch's quantized TorchScript module (in output quantization "
+                    "steps), time TVM (time_evaluator), PyTorch and TVM's untuned default build "
+                    "on the same input with the same thread count; print a table with ratios and "
+                    "write report.md and latency.png into the work dir.")
+    bench.add_argument("--work-dir", required=True, help="a work dir that 'quantfuse tune' filled")
+    bench.add_argument("--variant", default="ours", help="rule set it was tuned with (default ours)")
+    bench.add_argument("--repeats", type=_positive_int, default=10,
+                       help="timed repeats; the median is reported (default 10)")
+    bench.add_argument("--number", type=_positive_int, default=10,
+                       help="runs per repeat (default 10)")
+    bench.add_argument("--threads", type=_positive_int, default=None,
+                       help="threads for TVM and PyTorch (default: all CPUs)")
+    demo = sub.add_parser(
+        "demo", parents=[common], help="the whole job on tiny_resnet, in a few minutes",
+        description="On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all "
+                    "variants), a short tune on llvm, compile, accuracy check against PyTorch "
+                    "and the latency bench.")
+    demo.add_argument("--work-dir", default=None,
+                      help="where the tuning database and report go (default: a new temp dir)")
+    demo.add_argument("--trials", type=_positive_int, default=None,
+                      help="tuning budget (default: 4 per task)")
+    demo.add_argument("--image-size", type=_positive_int, default=32,
+                      help="input image size (default 32)")
     return parser
 
 
@@ -297,7 +325,136 @@ def cmd_tune(args) -> int:
     return 0
 
 
-COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune}
+def _check_bench_run(work_dir: Path, args) -> None:
+    """Refuse a bench whose model does not match what the work dir was tuned for."""
+    path = work_dir / RUN_FILE
+    if not path.exists():
+        return
+    try:
+        run = json.loads(path.read_text())
+    except ValueError:
+        raise BadInput(f"{path} is not quantfuse's (not JSON); pick another --work-dir") from None
+    model = os.path.abspath(args.model) if _looks_like_path(args.model) else args.model
+    now = {"model": model, "layout": args.layout, "variant": args.variant,
+           "image_size": None if _looks_like_path(args.model) else args.image_size}
+    different = [f"{k} {run.get(k)!r} (now {v!r})" for k, v in now.items()
+                 if k in run and run.get(k) != v]
+    if different:
+        raise BadInput(f"work dir {str(work_dir)!r} was tuned for {', '.join(different)}; pass the "
+                       "options you tuned with")
+
+
+def _open_database(work_dir: Path):
+    from tvm import meta_schedule as ms
+    from relay_ext.database_repair import NotADatabaseError, RECORD_FILE, repair_database
+
+    if not work_dir.is_dir():
+        raise BadInput(f"work dir {str(work_dir)!r} does not exist; run 'quantfuse tune' first")
+    try:
+        held = repair_database(work_dir)
+    except NotADatabaseError as error:
+        raise BadInput(f"{error}; pick a work dir that 'quantfuse tune' filled") from None
+    if not held["records"]:
+        raise BadInput(f"work dir {str(work_dir)!r} has no tuning database ({RECORD_FILE}); run "
+                       "'quantfuse tune --work-dir ...' first")
+    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
+def bench(loaded, work_dir: Path, target, variant="ours", repeats=10, number=10, threads=None):
+    """Measure, print the table, write report.md and the chart; returns the BenchResult."""
+    from relay_ext.demo import print_table
+    from relay_ext.latency_bench import BenchResult, measure_latency, write_report
+
+    database = _open_database(work_dir)
+    result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
+                             threads=threads)
+    print(f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
+          f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
+    print(f"TVM tuned vs PyTorch: max {result.max_steps:.2f} output quantization steps apart "
+          f"(mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
+          f"untuned: {result.untuned_max_steps:.2f}\n")
+    print_table(BenchResult.HEADER, result.rows())
+    paths = write_report(result, work_dir)
+    print(f"\nwrote {paths['report']} and {paths['chart']}")
+    return result
+
+
+def cmd_bench(args) -> int:
+    from meta_rules.rule_sets import check_variant
+    from relay_ext.tuning import normalize_target
+
+    try:
+        check_variant(args.variant)
+    except ValueError as error:
+        raise BadInput(f"--variant: {error}") from None
+    _check_model(args)
+    target = normalize_target(_target(args.target, args.variant))
+    if target.kind.name != "llvm":
+        raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
+    work_dir = Path(args.work_dir)
+    _open_database(work_dir)  # before the slow model load
+    _check_bench_run(work_dir, args)
+    loaded = _load_model(args)
+    if loaded.output_scale is None:
+        raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
+    bench(loaded, work_dir, target, args.variant, args.repeats, args.number, args.threads)
+    return 0
+
+
+def _demo_search():
+    """A small evolutionary search: the demo's tune takes seconds per task."""
+    from tvm import meta_schedule as ms
+
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=16, init_measured_ratio=0.5, init_min_unmeasured=4,
+        genetic_num_iters=1, genetic_max_fail_count=2)
+
+
+def cmd_demo(args) -> int:
+    import time
+
+    from relay_ext import models
+    from relay_ext.demo import print_table
+    from relay_ext.fusion_report import fusion_report
+    from relay_ext.tuning import extract_tasks, normalize_target, tune
+
+    import meta_rules
+
+    start = time.monotonic()
+    work_dir = _writable_dir(args.work_dir or tempfile.mkdtemp(prefix="quantfuse-demo-"))
+    llvm = normalize_target(f"llvm -num-cores {os.cpu_count() or 1}")
+    name = "tiny_resnet"
+
+    def step(text):
+        print(f"\n== [{time.monotonic() - start:5.1f} s] {text}", flush=True)
+
+    step(f"fusion report: {name} {args.image_size}x{args.image_size}, nvidia/nvidia-a100, "
+         "all variants (nothing tuned)")
+    loaded = models.load(name, image_size=args.image_size)
+    report = fusion_report(loaded.mod, loaded.params, _target("nvidia/nvidia-a100"),
+                           list(meta_rules.VARIANTS))
+    print_table(["task", "anchor", *report.variants], fusion_rows(report))
+
+    n_tasks = len(extract_tasks(loaded.mod, loaded.params, llvm, "ours"))
+    trials = args.trials or 4 * n_tasks
+    step(f"tune on {llvm} (ours): {trials} trials over {n_tasks} tasks, into {work_dir}")
+    database = tune(loaded.mod, loaded.params, llvm, work_dir, max_trials=trials, variant="ours",
+                    num_trials_per_iter=min(4, trials), seed=0, strategy=_demo_search())
+    (work_dir / RUN_FILE).write_text(json.dumps(
+        {"model": name, "input_shape": None, "image_size": args.image_size, "layout": "NCHW",
+         "target": str(llvm), "variant": "ours"}, indent=2))
+    print(f"{len(database)} records")
+
+    step("compile with the tuned records, check against PyTorch, time TVM and PyTorch")
+    result = bench(loaded, work_dir, llvm, "ours", repeats=10, number=10)
+    ok = round(result.max_steps, 3) <= 3  # whole steps apart, up to float rounding
+    step(f"done: TVM tuned is {result.max_steps:.2f} quantization steps from PyTorch "
+         f"({'OK' if ok else 'MORE THAN 3'}); report in {work_dir}")
+    return 0 if ok else EXIT_FAILED
+
+
+COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune, "bench": cmd_bench,
+            "demo": cmd_demo}
 
 
 # --- entry point --------------------------------------------------------------------------------
