@@ -20,7 +20,7 @@ test: $(STAMP)
 	TOPHUB_LOCATION=NONE $(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	TOPHUB_LOCATION=NONE $(PY) -m relay_ext.demo
+	TOPHUB_LOCATION=NONE $(VENV)/bin/quantfuse demo
 
 clean:
 	rm -rf $(VENV)
