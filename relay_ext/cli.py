@@ -283,17 +283,24 @@ def _check_same_run(work_dir: Path, run: dict) -> None:
                        "run the same command again to resume, or pick another --work-dir")
 
 
-def cmd_tune(args) -> int:
+def _checked_variant_model_target(args):
+    """Check --variant and --model (BadInput naming the option), return the normalized target."""
     from meta_rules.rule_sets import check_variant
-    from relay_ext.database_repair import NotADatabaseError, repair_database
-    from relay_ext.tuning import normalize_target, read_tuning_summary, tune
+    from relay_ext.tuning import normalize_target
 
     try:
         check_variant(args.variant)
     except ValueError as error:
         raise BadInput(f"--variant: {error}") from None
     _check_model(args)
-    target = normalize_target(_target(args.target, args.variant))
+    return normalize_target(_target(args.target, args.variant))
+
+
+def cmd_tune(args) -> int:
+    from relay_ext.database_repair import NotADatabaseError, repair_database
+    from relay_ext.tuning import read_tuning_summary, tune
+
+    target = _checked_variant_model_target(args)
     work_dir = _writable_dir(args.work_dir)
     try:
         before = repair_database(work_dir)
@@ -380,15 +387,7 @@ def bench(loaded, work_dir: Path, target, variant="ours", repeats=10, number=10,
 
 
 def cmd_bench(args) -> int:
-    from meta_rules.rule_sets import check_variant
-    from relay_ext.tuning import normalize_target
-
-    try:
-        check_variant(args.variant)
-    except ValueError as error:
-        raise BadInput(f"--variant: {error}") from None
-    _check_model(args)
-    target = normalize_target(_target(args.target, args.variant))
+    target = _checked_variant_model_target(args)
     if target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
     work_dir = Path(args.work_dir)

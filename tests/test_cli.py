@@ -12,26 +12,13 @@ from tvm import meta_schedule as ms
 
 from relay_ext import cli, models
 from relay_ext.database_repair import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
+from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 2"
 A100 = "nvidia/nvidia-a100"
 TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 
 
-def _small_search():
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=16, init_measured_ratio=0.5, init_min_unmeasured=4,
-        genetic_num_iters=1, genetic_max_fail_count=2)
-
-
-def _one_error_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("quantfuse: error: ") and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # --- console script, help, models -------------------------------------------------------------
@@ -90,7 +77,7 @@ def _record_count(work_dir):
 
 
 def test_tune_resumes_and_keeps_records(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_search_strategy", _small_search)
+    monkeypatch.setattr(cli, "_search_strategy", small_search)
     work_dir = tmp_path / "work"
     args = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0"]
 
@@ -123,7 +110,7 @@ def test_tune_resumes_and_keeps_records(tmp_path, capsys, monkeypatch):
     # Another model in the same work dir is refused (its records would mix).
     assert cli.main(["tune", "--model", "mlp", "--target", LLVM, "--work-dir", str(work_dir),
                      "--trials", "100"]) == 2
-    _one_error_line(capsys, "pick another --work-dir")
+    one_error_line(capsys, "pick another --work-dir")
 
 
 # --- database repair, directly ----------------------------------------------------------------
@@ -183,19 +170,19 @@ def test_repair_of_an_empty_work_dir_is_a_no_op(tmp_path):
 
 def test_unknown_model_lists_the_names(capsys):
     assert cli.main(["fusion", "--model", "resnet1000", "--target", LLVM]) == 2
-    _one_error_line(capsys, "resnet1000", "resnet18", "tiny_resnet")
+    one_error_line(capsys, "resnet1000", "resnet18", "tiny_resnet")
 
 
 def test_unparseable_target(capsys):
     assert cli.main(["fusion", *TINY, "--target", "not-a-target -x"]) == 2
-    _one_error_line(capsys, "invalid target", "llvm")
+    one_error_line(capsys, "invalid target", "llvm")
 
 
 @pytest.mark.parametrize("trials", ["0", "-3", "many"])
 def test_trials_must_be_positive(trials, capsys, tmp_path):
     assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", trials,
                      "--work-dir", str(tmp_path)]) == 2
-    _one_error_line(capsys, "--trials")
+    one_error_line(capsys, "--trials")
 
 
 def test_unwritable_work_dir(capsys, tmp_path):
@@ -203,24 +190,24 @@ def test_unwritable_work_dir(capsys, tmp_path):
     blocker.write_text("")
     assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", "4",
                      "--work-dir", str(blocker / "work")]) == 2
-    _one_error_line(capsys, "cannot write to work dir", "--work-dir")
+    one_error_line(capsys, "cannot write to work dir", "--work-dir")
 
 
 def test_work_dir_with_a_foreign_database(capsys, tmp_path):
     (tmp_path / RECORD_FILE).write_text('{"these": "are not tuning records"}\n')
     assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", "4",
                      "--work-dir", str(tmp_path)]) == 2
-    _one_error_line(capsys, "not a MetaSchedule", "another --work-dir")
+    one_error_line(capsys, "not a MetaSchedule", "another --work-dir")
 
 
 def test_torchscript_model_needs_an_input_shape(capsys, tmp_path):
     path = tmp_path / "model.pt"
     path.write_bytes(b"")
     assert cli.main(["fusion", "--model", str(path), "--target", LLVM]) == 2
-    _one_error_line(capsys, "--input-shape")
+    one_error_line(capsys, "--input-shape")
     assert cli.main(["fusion", "--model", str(tmp_path / "missing.pt"), "--input-shape", "1,3,8,8",
                      "--target", LLVM]) == 2
-    _one_error_line(capsys, "not found")
+    one_error_line(capsys, "not found")
 
 
 def test_verbose_shows_the_traceback(capsys):

@@ -3,37 +3,23 @@
 import re
 
 import pytest
-from tvm import meta_schedule as ms
 
 from relay_ext import cli
 from relay_ext.latency_bench import CHART_FILE, REPORT_FILE
+from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 2"
 TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 MAX_STEPS = 3
 
 
-def _small_search():
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=16, init_measured_ratio=0.5, init_min_unmeasured=4,
-        genetic_num_iters=1, genetic_max_fail_count=2)
-
-
-def _one_error_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("quantfuse: error: ") and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
 def tuned_dir(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("bench")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "_search_strategy", _small_search)
+        patch.setattr(cli, "_search_strategy", small_search)
         assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir),
                          "--trials", "8", "--seed", "0"]) == 0
     return work_dir
@@ -56,15 +42,15 @@ def test_bench_writes_report_and_chart(tuned_dir, capsys):
 
 def test_bench_without_database_is_one_line(tmp_path, capsys):
     assert cli.main(["bench", *TINY, "--target", LLVM, "--work-dir", str(tmp_path)]) == 2
-    _one_error_line(capsys, "no tuning database", "quantfuse tune")
+    one_error_line(capsys, "no tuning database", "quantfuse tune")
     assert cli.main(["bench", *TINY, "--target", LLVM, "--work-dir", str(tmp_path / "none")]) == 2
-    _one_error_line(capsys, "does not exist")
+    one_error_line(capsys, "does not exist")
 
 
 def test_bench_refuses_another_model_than_tuned(tuned_dir, capsys):
     assert cli.main(["bench", "--model", "tiny_resnet", "--image-size", "32", "--target", LLVM,
                      "--work-dir", str(tuned_dir)]) == 2
-    _one_error_line(capsys, "image_size 16")
+    one_error_line(capsys, "image_size 16")
 
 
 @pytest.mark.parametrize("command", ["bench", "demo"])

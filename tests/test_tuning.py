@@ -21,6 +21,7 @@ from relay_ext.tuning import (
     run_module,
     tune,
 )
+from helpers import small_search
 
 LLVM = "llvm -num-cores 2"
 A100 = "nvidia/nvidia-a100"
@@ -49,11 +50,6 @@ def tiny():
     return models.load("tiny_resnet", image_size=16)
 
 
-def _small_search():
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=16, init_measured_ratio=0.5, init_min_unmeasured=4,
-        genetic_num_iters=1, genetic_max_fail_count=2)
-
 
 @pytest.fixture(scope="module")
 def tuned(tiny, tmp_path_factory):
@@ -63,7 +59,7 @@ def tuned(tiny, tmp_path_factory):
     for variant in meta_rules.VARIANTS:
         work_dir = tmp_path_factory.mktemp(f"tune_{variant}")
         database = tune(tiny.mod, tiny.params, LLVM, work_dir, max_trials=2 * n_tasks,
-                        variant=variant, num_trials_per_iter=2, seed=0, strategy=_small_search())
+                        variant=variant, num_trials_per_iter=2, seed=0, strategy=small_search())
         with captured_stderr_fd() as log:
             lib = compile_model(database, tiny.mod, tiny.params, LLVM, variant)
         output = run_module(lib, {tiny.input_name: tiny.example_input})[0]
