@@ -268,14 +268,21 @@ def _search_strategy():
     return "evolutionary"
 
 
-def _check_same_run(work_dir: Path, run: dict) -> None:
+def _recorded_run(work_dir: Path) -> Optional[dict]:
+    """What ``work_dir`` was tuned for (its RUN_FILE), or None when nothing was tuned there yet."""
     path = work_dir / RUN_FILE
     if not path.exists():
-        return
+        return None
     try:
-        previous = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except ValueError:
         raise BadInput(f"{path} is not quantfuse's (not JSON); remove it or pick another --work-dir") from None
+
+
+def _check_same_run(work_dir: Path, run: dict) -> None:
+    previous = _recorded_run(work_dir)
+    if previous is None:
+        return
     different = {k: (previous.get(k), v) for k, v in run.items() if previous.get(k) != v}
     if different:
         what = ", ".join(f"{k} {old!r} (now {new!r})" for k, (old, new) in different.items())
@@ -334,13 +341,9 @@ def cmd_tune(args) -> int:
 
 def _check_bench_run(work_dir: Path, args) -> None:
     """Refuse a bench whose model does not match what the work dir was tuned for."""
-    path = work_dir / RUN_FILE
-    if not path.exists():
+    run = _recorded_run(work_dir)
+    if run is None:
         return
-    try:
-        run = json.loads(path.read_text())
-    except ValueError:
-        raise BadInput(f"{path} is not quantfuse's (not JSON); pick another --work-dir") from None
     model = os.path.abspath(args.model) if _looks_like_path(args.model) else args.model
     now = {"model": model, "layout": args.layout, "variant": args.variant,
            "image_size": None if _looks_like_path(args.model) else args.image_size}
