@@ -7,13 +7,13 @@ the section carries the command that produced it, the machine and the date.
 from __future__ import annotations
 
 import datetime
-import os
-import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import List, Sequence
+
+from relay_ext.latency_bench import machine_description
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 HEADER = (
@@ -21,19 +21,6 @@ HEADER = (
     "Each section is written by the script it names; rerun the command to refresh it.\n"
     "Weights of the models are random (fixed seed) and calibrated on random data.\n"
 )
-
-
-def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} logical cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

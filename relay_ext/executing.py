@@ -19,15 +19,24 @@ def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.ir.load_json(tvm.ir.save_json(mod))
 
 
+def graph_module(
+    lib: tvm.runtime.Module,
+    inputs: Mapping[str, np.ndarray],
+    device: Optional[tvm.runtime.Device] = None,
+) -> graph_executor.GraphModule:
+    """A graph executor for a compiled module (``relay.build``'s result), inputs already set."""
+    module = graph_executor.GraphModule(lib["default"](device or tvm.cpu()))
+    for name, value in inputs.items():
+        module.set_input(name, value)
+    return module
+
+
 def run_module(
     lib: tvm.runtime.Module,
     inputs: Mapping[str, np.ndarray],
     device: Optional[tvm.runtime.Device] = None,
 ) -> List[np.ndarray]:
     """Run a compiled graph module (``relay.build``'s result) once on numpy inputs; every output."""
-    device = device or tvm.cpu()
-    module = graph_executor.GraphModule(lib["default"](device))
-    for name, value in inputs.items():
-        module.set_input(name, value)
+    module = graph_module(lib, inputs, device)
     module.run()
     return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]

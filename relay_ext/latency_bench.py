@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import tvm
 from tvm import meta_schedule as ms
-from tvm.contrib import graph_executor
 
 from .accuracy import build_untuned, run_torchscript, step_error
 from .config import BUILD_OPTIONS
+from .executing import graph_module
 from .models import LoadedModel
 from .tuning import compile_model, normalize_target
 
@@ -84,6 +84,7 @@ class BenchResult:
 
 
 def machine_description() -> str:
+    """The CPU model, core count, memory, OS and Python of this machine, for reports."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -92,7 +93,9 @@ def machine_description() -> str:
             cpu = names[0]
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, {mem_gib:.0f} GiB, "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
 
 
 def _set_tvm_threads(threads: int) -> None:
@@ -102,9 +105,7 @@ def _set_tvm_threads(threads: int) -> None:
 
 def _time_tvm(lib, inputs: Dict[str, np.ndarray], repeats: int, number: int) -> tuple:
     device = tvm.cpu()
-    module = graph_executor.GraphModule(lib["default"](device))
-    for name, value in inputs.items():
-        module.set_input(name, value)
+    module = graph_module(lib, inputs, device)
     module.run()  # warm-up
     output = module.get_output(0).numpy()
     timer = module.module.time_evaluator("run", device, number=number, repeat=repeats)
