@@ -13,12 +13,15 @@ workload is found at compile time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tvm
@@ -36,6 +39,14 @@ from meta_rules.rule_sets import TargetLike, as_target, check_variant
 
 from .executing import copy_module, run_module  # noqa: F401 - run_module is part of the flow
 from .config import build_candidate, pass_config
+from .skip_measured_search import (
+    SkipMeasuredSearch,
+    TrialBudget,
+    records_by_workload,
+    trace_key,
+    workload_hash,
+)
+from .tuning_progress import ProgressSnapshot, TuningProgress, valid_run_secs
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +102,13 @@ def tune_contexts(
     seed: Optional[int] = None,
     num_tuning_cores: Union[str, int] = "physical",
     strategy: StrategyLike = "evolutionary",
+    budget: Optional[TrialBudget] = None,
 ) -> Tuple[List[ms.TuneContext], List[float], List[TaskReport]]:
     """A TuneContext per task whose design spaces could be generated, and a report for every task.
 
-    Each context carries a :class:`ResilientPostOrderApply` with ``variant``'s rules. Its design
+    Each context carries a :class:`ResilientPostOrderApply` with ``variant``'s rules and the
+    search ``strategy`` wrapped in :class:`SkipMeasuredSearch` (candidates the database already
+    holds are not measured again; ``budget``, when given, is shared by all contexts). Design
     spaces are generated here once, so a task that TVM cannot generate spaces for (after retries
     with other random states and without the failing rule) is left out: it is compiled with TVM's
     default schedule, and its report says so.
@@ -104,9 +118,11 @@ def tune_contexts(
     for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
         task_logger = task_log(work_dir, index, task.task_name)
         space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))  # fresh per task
+        inner = (ms.search_strategy.SearchStrategy.create(strategy) if isinstance(strategy, str)
+                 else strategy.clone())
         context = ms.TuneContext(
             mod=task.dispatched[0], target=target, space_generator=space,
-            search_strategy=strategy if isinstance(strategy, str) else strategy.clone(),
+            search_strategy=SkipMeasuredSearch(inner, budget),
             task_name=task.task_name, logger=task_logger,
             rand_state=rand_state, num_threads=num_tuning_cores,
         )
@@ -143,6 +159,43 @@ def task_log(work_dir: Union[str, os.PathLike], index: int, task_name: str) -> l
     return task_logger
 
 
+class TuningInterrupted(KeyboardInterrupt):
+    """A tune stopped by Ctrl-C; the work dir keeps every record measured before it."""
+
+
+class _InterruptGuard:
+    """While tuning (main thread only): the first Ctrl-C empties the trial budget, so MetaSchedule
+    finishes the batches in flight, stores their records and returns; a second one aborts at once.
+
+    A KeyboardInterrupt raised inside MetaSchedule's Python callbacks is swallowed by TVM's FFI
+    and turns into an unrelated error, so the first Ctrl-C must not raise.
+    """
+
+    def __init__(self, budget: TrialBudget):
+        self.budget = budget
+        self.pressed = 0
+
+    def _on_sigint(self, signum, frame):  # pylint: disable=unused-argument
+        self.pressed += 1
+        if self.pressed == 1:
+            self.budget.left = 0
+            logger.warning("interrupted: finishing the candidates in flight and keeping their "
+                           "records; press Ctrl-C again to stop at once")
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def make_runner(runner: RunnerLike) -> ms.runner.Runner:
     if isinstance(runner, ms.runner.Runner):
         return runner
@@ -165,9 +218,20 @@ def tune(
     max_trials_per_task: Optional[int] = None,
     builder: Optional[ms.builder.Builder] = None,
     strategy: StrategyLike = "evolutionary",
+    progress: Optional[Callable[[ProgressSnapshot], None]] = None,
 ) -> ms.Database:
-    """Tune a Relay module with ``variant``'s rules; the records go to MetaSchedule's JSON
-    database in ``work_dir`` (records already there are kept and count as known).
+    """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
+    records go to MetaSchedule's JSON database in ``work_dir``.
+
+    Resuming: records already in ``work_dir`` are kept and never measured again
+    (:class:`SkipMeasuredSearch`), and the tasks with the fewest records are tuned first, so a
+    budget smaller than one round over the tasks goes to the tasks that need it, not always to
+    the first ones. ``progress`` is called after every measured batch with a
+    :class:`ProgressSnapshot` (records already there count as trials done).
+
+    Ctrl-C (in the main thread): the batches in flight are finished and stored, then
+    :class:`TuningInterrupted` (a KeyboardInterrupt) is raised; a second Ctrl-C stops at once.
+    Either way the database stays loadable and a later ``tune`` resumes from it.
 
     Tasks whose design spaces TVM cannot generate are retried with other random states, then
     without the failing rule, and otherwise left to TVM's default schedule; the summary written to
@@ -184,21 +248,15 @@ def tune(
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    records_before = len(database)
     tasks = extract_tasks(mod, params, target, variant)
+    budget = TrialBudget(max_trials)
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
-                                               strategy=strategy)
-    if contexts:
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=weights,
-            work_dir=str(work_dir),
-            max_trials_global=int(max_trials),
-            max_trials_per_task=max_trials_per_task,
-            num_trials_per_iter=int(num_trials_per_iter),
-            builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
-            runner=make_runner(runner),
-            database=database,
-        )
+                                               strategy=strategy, budget=budget)
+    known = recorded_counts_and_best(database, contexts)
+    order = sorted(range(len(contexts)), key=lambda i: known[i][0])  # fewest records first
+    contexts, weights = [contexts[i] for i in order], [weights[i] for i in order]
+    known = [known[i] for i in order]
     summary = {
         "variant": variant,
         "target": str(target),
@@ -207,13 +265,60 @@ def tune(
         "seed": seed,
         "tasks": [dataclasses.asdict(r) for r in reports],
         "left_to_default_schedule": [r.name for r in reports if not r.tuned],
-        "records": len(database),
+        "records_before": records_before,
     }
-    (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    guard = _InterruptGuard(budget)
+    try:
+        if contexts:
+            tracker = TuningProgress(
+                total_trials=records_before + int(max_trials), done_before=records_before,
+                tasks=[c.task_name for c in contexts], weights=weights,
+                best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
+                report=progress)
+            with guard.installed():
+                try:
+                    ms.tune_tasks(
+                        tasks=contexts,
+                        task_weights=weights,
+                        work_dir=str(work_dir),
+                        max_trials_global=int(max_trials),
+                        max_trials_per_task=max_trials_per_task,
+                        num_trials_per_iter=int(num_trials_per_iter),
+                        builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
+                        runner=make_runner(runner),
+                        database=database,
+                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                           tracker],
+                    )
+                except Exception:  # a second Ctrl-C surfaces as whatever TVM made of it
+                    if guard.pressed:
+                        raise TuningInterrupted() from None
+                    raise
+    finally:  # also on Ctrl-C: the summary says what the work dir holds
+        summary["records"] = len(database)
+        summary["interrupted"] = bool(guard.pressed)
+        (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    if guard.pressed:
+        raise TuningInterrupted()
     untuned = summary["left_to_default_schedule"]
-    logger.info("tuned %d of %d tasks (%d records)%s", len(contexts), len(reports), len(database),
+    logger.info("tuned %d of %d tasks (%d records, %d new)%s", len(contexts), len(reports),
+                len(database), len(database) - records_before,
                 f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
     return database
+
+
+def recorded_counts_and_best(
+    database: ms.Database, contexts: Sequence[ms.TuneContext]
+) -> List[Tuple[int, Optional[float]]]:
+    """Per context: the number of distinct candidates ``database`` holds for its workload, and
+    the best valid run time among them (None when there is none)."""
+    groups = records_by_workload(database)
+    result = []
+    for context in contexts:
+        records = groups.get(workload_hash(context.mod), [])
+        times = [t for t in (valid_run_secs(r.run_secs) for r in records) if t is not None]
+        result.append((len({trace_key(r.trace) for r in records}), min(times, default=None)))
+    return result
 
 
 def read_tuning_summary(work_dir: Union[str, os.PathLike]) -> Dict:

@@ -1,0 +1,135 @@
+"""A search strategy that never sends a candidate the tuning database already holds.
+
+MetaSchedule's EvolutionarySearch remembers only what it measured itself in the current run
+(TVM 0.19, ``evolutionary_search.cc``: "TODO: add records from the database to avoid
+re-measuring"), so a resumed tune measures again candidates whose records are already in the work
+dir. :class:`SkipMeasuredSearch` wraps any search strategy and drops, from every batch, the
+candidates whose trace is already recorded for the task's workload (failed records included:
+measuring them again fails again). The inner strategy is told only about what was measured, so
+its trial count counts new measurements.
+
+A candidate's key is its trace without the postprocessing part, in JSON: the form in which
+MetaSchedule's ``AddToDatabase`` stores it.
+
+    budget = TrialBudget(200)  # shared by all tasks: batches are cut so a tune measures 200
+    strategy = SkipMeasuredSearch(ms.search_strategy.EvolutionarySearch(), budget)
+    context = ms.TuneContext(mod=..., search_strategy=strategy, ...)
+
+The optional :class:`TrialBudget` is shared by the tasks of one tune: MetaSchedule checks its
+global budget only before a batch, so its last batch can overshoot by up to a batch size; cutting
+the batch to what is left makes ``max_trials`` exact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Dict, List, Optional, Set
+
+import tvm
+from tvm import meta_schedule as ms
+from tvm.meta_schedule.utils import derived_object
+from tvm.tir.schedule import Trace
+
+logger = logging.getLogger(__name__)
+
+# Rounds of the inner search in one call that may come back with only known candidates before the
+# batch is given up (the inner search gets new picks each round, so this is rarely reached).
+MAX_ALL_KNOWN_ROUNDS = 8
+
+
+def trace_key(trace: Trace) -> str:
+    """The identity of a candidate: its trace without postprocessing, as JSON."""
+    return json.dumps(trace.simplified(remove_postproc=True).as_json(), sort_keys=True)
+
+
+def workload_hash(mod: tvm.IRModule) -> int:
+    return int(tvm.ir.structural_hash(mod))
+
+
+def records_by_workload(database: ms.Database) -> Dict[int, List[ms.database.TuningRecord]]:
+    """The records of ``database`` grouped by the :func:`workload_hash` of their workload."""
+    groups: Dict[int, List[ms.database.TuningRecord]] = {}
+    hashes: Dict[int, int] = {}  # records share their workload object: hash each one once
+    for record in database.get_all_tuning_records():
+        handle = record.workload.handle.value
+        if handle not in hashes:
+            hashes[handle] = workload_hash(record.workload.mod)
+        groups.setdefault(hashes[handle], []).append(record)
+    return groups
+
+
+def recorded_keys_by_workload(database: ms.Database) -> Dict[int, Set[str]]:
+    """For every workload with records in ``database``: the trace keys of its records."""
+    return {h: {trace_key(r.trace) for r in records}
+            for h, records in records_by_workload(database).items()}
+
+
+class TrialBudget:
+    """Trials left to hand out, shared by the tasks of one tune."""
+
+    def __init__(self, trials: int):
+        self.left = int(trials)
+
+    def take(self, wanted: int) -> int:
+        granted = max(0, min(self.left, wanted))
+        self.left -= granted
+        return granted
+
+
+@derived_object
+class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
+    """Delegates to ``inner`` and filters out candidates the database already holds."""
+
+    def __init__(self, inner: ms.search_strategy.SearchStrategy,
+                 budget: Optional[TrialBudget] = None):
+        super().__init__()
+        self.inner = inner
+        self.budget = budget
+        self.known: Set[str] = set()
+        self.skipped = 0
+        self._mod: Optional[tvm.IRModule] = None
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self._mod = context.mod
+        self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
+                   cost_model=None) -> None:
+        self.known = set()
+        self.skipped = 0
+        if database is not None and self._mod is not None:
+            self.known = set(recorded_keys_by_workload(database).get(workload_hash(self._mod), ()))
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        if self.skipped:
+            logger.info("skipped %d candidates already in the database", self.skipped)
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> Optional[List[ms.MeasureCandidate]]:
+        for _ in range(MAX_ALL_KNOWN_ROUNDS):
+            if self.budget is not None and self.budget.left <= 0:
+                return None
+            candidates = self.inner.generate_measure_candidates()
+            if candidates is None:
+                return None
+            fresh = []
+            for candidate in candidates:
+                key = trace_key(candidate.sch.trace)
+                if key in self.known:
+                    self.skipped += 1
+                else:
+                    self.known.add(key)
+                    fresh.append(candidate)
+            if self.budget is not None:
+                fresh = fresh[:self.budget.take(len(fresh))]
+            if fresh:
+                return fresh
+        return None
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> ms.search_strategy.SearchStrategy:
+        return SkipMeasuredSearch(self.inner.clone(), self.budget)
