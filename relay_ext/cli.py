@@ -3,12 +3,13 @@
     quantfuse models                                   # the built-in quantized models
     quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
     quantfuse tune --model resnet18 --target llvm --trials 200 --work-dir work   # resumable
+    quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # TVM vs PyTorch, report.md
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
 
 ``--model`` takes a built-in name or a TorchScript file (then ``--input-shape 1,3,224,224``).
 Bad input (unknown model, bad target, unwritable work dir, trials <= 0, a work dir whose database
-is not MetaSchedule's) is one line on stderr and exit code 2; ``--verbose`` adds the traceback.
+is not MetaSchedule's, an unreachable RPC tracker) is one line on stderr and exit code 2; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import List, Optional, Sequence
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 RUN_FILE = "quantfuse_tune.json"  # what a work dir was tuned for: model, target, variant
 logger = logging.getLogger("quantfuse")
 
@@ -92,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
     tune.add_argument("--variant", default="ours", help="rule set: ours (default), upstream, legacy")
     tune.add_argument("--seed", type=int, default=None, help="random seed of the search")
+    tune.add_argument("--rpc", metavar="HOST:PORT:KEY", default=None,
+                      help="measure on the servers registered under KEY with the TVM RPC tracker "
+                           "at HOST:PORT (default: measure on this machine)")
     bench = sub.add_parser(
         "bench", parents=[common, model], help="latency: TVM tuned vs untuned vs PyTorch int8",
         description="Compile the model with the work dir's tuned database, check its output "
@@ -303,11 +308,60 @@ def _checked_variant_model_target(args):
     return normalize_target(_target(args.target, args.variant))
 
 
+def _runner(rpc: Optional[str]):
+    """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered (BadInput if not)."""
+    from relay_ext import rpc_tracker
+
+    if rpc is None:
+        return "local"
+    try:
+        address = rpc_tracker.parse_rpc_address(rpc)
+        servers = rpc_tracker.check_tracker(address)
+    except (ValueError, rpc_tracker.TrackerError) as error:
+        raise BadInput(f"--rpc: {error}") from None
+    print(f"measuring on {servers} RPC server(s) with key {address.key!r} at "
+          f"{address.host}:{address.port}")
+    return rpc_tracker.rpc_runner(address, max_workers=servers)
+
+
+class ProgressPrinter:
+    """Shows tuning progress: a bar redrawn in place on a terminal, one line per batch otherwise."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.interactive = hasattr(stream, "isatty") and stream.isatty()
+        self.drawn = False
+
+    def show(self, snapshot) -> None:
+        from relay_ext.tuning_progress import progress_bar
+
+        line = progress_bar(snapshot)
+        if self.interactive:
+            self.stream.write("\r" + line.ljust(100)[:160])
+            self.drawn = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
+
+
+def _records_kept(work_dir: Path) -> int:
+    from relay_ext.database_repair import repair_database
+
+    return repair_database(work_dir)["records"]
+
+
 def cmd_tune(args) -> int:
     from relay_ext.database_repair import NotADatabaseError, repair_database
     from relay_ext.tuning import read_tuning_summary, tune
 
     target = _checked_variant_model_target(args)
+    runner = _runner(args.rpc)
     work_dir = _writable_dir(args.work_dir)
     try:
         before = repair_database(work_dir)
@@ -327,9 +381,19 @@ def cmd_tune(args) -> int:
     (work_dir / RUN_FILE).write_text(json.dumps(run, indent=2))
     if before["records"]:
         print(f"resuming: {before['records']} records in {work_dir}, {remaining} trials to go")
-    database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=remaining,
-                    variant=args.variant, num_trials_per_iter=min(16, remaining), seed=args.seed,
-                    strategy=_search_strategy())
+    bar = ProgressPrinter(sys.stderr)
+    try:
+        database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=remaining,
+                        variant=args.variant, num_trials_per_iter=min(16, remaining),
+                        seed=args.seed, strategy=_search_strategy(), runner=runner,
+                        progress=bar.show)
+    except KeyboardInterrupt:
+        bar.close()
+        kept = _records_kept(work_dir)
+        print(f"quantfuse: interrupted; {work_dir} keeps {kept} records (the database is "
+              "loadable); run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    bar.close()
     summary = read_tuning_summary(work_dir)
     tuned = sum(t["tuned"] for t in summary["tasks"])
     print(f"tuned {loaded.name} on {target} ({args.variant}): {len(database)} records in "
@@ -483,7 +547,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("quantfuse: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - one line unless --verbose
         if verbose:
             traceback.print_exc()
