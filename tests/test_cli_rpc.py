@@ -1,0 +1,120 @@
+"""quantfuse tune --rpc: measuring through TVM's own RPC tracker and two servers on 127.0.0.1;
+clear, fast errors for a tracker that is not there or has no server for the key."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from relay_ext import cli, rpc_tracker
+from relay_ext.database_repair import RECORD_FILE
+from helpers import small_search, one_error_line
+
+LLVM = "llvm -num-cores 1"
+TINY = ["--model", "tiny_resnet", "--image-size", "16"]
+KEY = "quantfuse-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory):
+    """A TVM RPC tracker and two servers registered under KEY; yields (port, server log paths)."""
+    logs = tmp_path_factory.mktemp("rpc")
+    port = _free_port()
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+         "--port-end", str(port + 1)],
+        stdout=open(logs / "tracker.log", "w"), stderr=subprocess.STDOUT)]
+    server_logs = []
+    try:
+        for i in range(2):
+            server_port = _free_port()
+            server_logs.append(logs / f"server{i}.log")
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                 "--key", KEY, "--host", "127.0.0.1", "--port", str(server_port),
+                 "--port-end", str(server_port + 1)],
+                stdout=open(server_logs[-1], "w"), stderr=subprocess.STDOUT))
+        address = rpc_tracker.RpcAddress("127.0.0.1", port, KEY)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if rpc_tracker.check_tracker(address, timeout_s=2) == 2:
+                    break
+            except rpc_tracker.TrackerError:
+                pass
+            assert time.monotonic() < deadline, "the RPC tracker and servers did not come up"
+            time.sleep(0.5)
+        yield port, server_logs
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def test_tune_through_rpc_tracker_records_real_run_times(tracker, tmp_path, capsys, monkeypatch):
+    port, server_logs = tracker
+    monkeypatch.setattr(cli, "_search_strategy", small_search)
+    work_dir = tmp_path / "work"
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--trials", "6",
+                     "--seed", "0", "--rpc", f"127.0.0.1:{port}:{KEY}"]) == 0
+    assert "measuring on 2 RPC server(s)" in capsys.readouterr().out
+    run_times = [json.loads(line)[1][1] for line in
+                 (work_dir / RECORD_FILE).read_text().splitlines()]
+    assert len(run_times) == 6
+    measured = [t for t in run_times if t and max(t) < 1e9]
+    assert measured, run_times  # real run times, not MetaSchedule's 1e10 for a failed run
+    assert all(0 < s < 1.0 for t in measured for s in t), run_times
+    for log in server_logs:  # both servers ran candidates
+        assert "load_module" in log.read_text(), log.read_text()[-2000:]
+
+
+def test_rpc_key_without_servers_is_a_clear_error(tracker, tmp_path, capsys):
+    port, _ = tracker
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
+                     "--rpc", f"127.0.0.1:{port}:no-such-key"]) == 2
+    one_error_line(capsys, "no server with key 'no-such-key'", KEY, "tvm.exec.rpc_server")
+
+
+def test_unreachable_tracker_is_a_clear_error_within_seconds(tmp_path, capsys):
+    port = _free_port()  # nothing listens there
+    start = time.monotonic()
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
+                     "--rpc", f"127.0.0.1:{port}:{KEY}"]) == 2
+    assert time.monotonic() - start < 30  # TVM's own client would retry for 60 s
+    one_error_line(capsys, "--rpc", f"cannot reach RPC tracker 127.0.0.1:{port}")
+    assert not (tmp_path / RECORD_FILE).exists()
+
+
+def test_silent_tracker_times_out(tmp_path):
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = rpc_tracker.RpcAddress("127.0.0.1", listener.getsockname()[1], KEY)
+        start = time.monotonic()
+        with pytest.raises(rpc_tracker.TrackerError, match="did not answer within 1 s"):
+            rpc_tracker.check_tracker(address, timeout_s=1)
+        assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("127.0.0.1:9190", "is not HOST:PORT:KEY"),
+    ("127.0.0.1:port:key", "port 'port' is not a number"),
+    ("127.0.0.1:70000:key", "out of range"),
+])
+def test_malformed_rpc_address(text, fragment, tmp_path, capsys):
+    assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
+                     "--rpc", text]) == 2
+    one_error_line(capsys, "--rpc", fragment)
