@@ -59,10 +59,28 @@ def records_by_workload(database: ms.Database) -> Dict[int, List[ms.database.Tun
     return groups
 
 
-def recorded_keys_by_workload(database: ms.Database) -> Dict[int, Set[str]]:
-    """For every workload with records in ``database``: the trace keys of its records."""
-    return {h: {trace_key(r.trace) for r in records}
-            for h, records in records_by_workload(database).items()}
+class RecordIndex:
+    """The records of a database grouped per workload, and their trace keys, computed once per
+    database state and shared by the tasks of a tune (each task's ``pre_tuning`` asks for its
+    own workload; regrouping every record for every task would cost tasks x records)."""
+
+    def __init__(self):
+        self._state = None
+        self._groups: Dict[int, List[ms.database.TuningRecord]] = {}
+        self._keys: Dict[int, Set[str]] = {}
+
+    def records(self, database: ms.Database, mod: tvm.IRModule) -> List[ms.database.TuningRecord]:
+        state = (database.handle.value, len(database))
+        if state != self._state:
+            self._groups, self._keys, self._state = records_by_workload(database), {}, state
+        return self._groups.get(workload_hash(mod), [])
+
+    def keys(self, database: ms.Database, mod: tvm.IRModule) -> Set[str]:
+        records = self.records(database, mod)
+        h = workload_hash(mod)
+        if h not in self._keys:
+            self._keys[h] = {trace_key(r.trace) for r in records}
+        return self._keys[h]
 
 
 class TrialBudget:
@@ -82,10 +100,11 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
     """Delegates to ``inner`` and filters out candidates the database already holds."""
 
     def __init__(self, inner: ms.search_strategy.SearchStrategy,
-                 budget: Optional[TrialBudget] = None):
+                 budget: Optional[TrialBudget] = None, records: Optional[RecordIndex] = None):
         super().__init__()
         self.inner = inner
         self.budget = budget
+        self.records = records or RecordIndex()
         self.known: Set[str] = set()
         self.skipped = 0
         self._mod: Optional[tvm.IRModule] = None
@@ -99,7 +118,7 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self.known = set()
         self.skipped = 0
         if database is not None and self._mod is not None:
-            self.known = set(recorded_keys_by_workload(database).get(workload_hash(self._mod), ()))
+            self.known = set(self.records.keys(database, self._mod))
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -132,4 +151,4 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> ms.search_strategy.SearchStrategy:
-        return SkipMeasuredSearch(self.inner.clone(), self.budget)
+        return SkipMeasuredSearch(self.inner.clone(), self.budget, self.records)

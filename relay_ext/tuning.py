@@ -39,13 +39,7 @@ from meta_rules.rule_sets import TargetLike, as_target, check_variant
 
 from .executing import copy_module, run_module  # noqa: F401 - run_module is part of the flow
 from .config import build_candidate, pass_config
-from .skip_measured_search import (
-    SkipMeasuredSearch,
-    TrialBudget,
-    records_by_workload,
-    trace_key,
-    workload_hash,
-)
+from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
 from .tuning_progress import ProgressSnapshot, TuningProgress, valid_run_secs
 
 logger = logging.getLogger(__name__)
@@ -103,15 +97,16 @@ def tune_contexts(
     num_tuning_cores: Union[str, int] = "physical",
     strategy: StrategyLike = "evolutionary",
     budget: Optional[TrialBudget] = None,
+    record_index: Optional[RecordIndex] = None,
 ) -> Tuple[List[ms.TuneContext], List[float], List[TaskReport]]:
     """A TuneContext per task whose design spaces could be generated, and a report for every task.
 
     Each context carries a :class:`ResilientPostOrderApply` with ``variant``'s rules and the
     search ``strategy`` wrapped in :class:`SkipMeasuredSearch` (candidates the database already
-    holds are not measured again; ``budget``, when given, is shared by all contexts). Design
-    spaces are generated here once, so a task that TVM cannot generate spaces for (after retries
-    with other random states and without the failing rule) is left out: it is compiled with TVM's
-    default schedule, and its report says so.
+    holds are not measured again; ``budget`` and ``record_index``, when given, are shared by all
+    contexts). Design spaces are generated here once, so a task that TVM cannot generate spaces
+    for (after retries with other random states and without the failing rule) is left out: it is
+    compiled with TVM's default schedule, and its report says so.
     """
     target = normalize_target(target)
     contexts, weights, reports = [], [], []
@@ -122,7 +117,7 @@ def tune_contexts(
                  else strategy.clone())
         context = ms.TuneContext(
             mod=task.dispatched[0], target=target, space_generator=space,
-            search_strategy=SkipMeasuredSearch(inner, budget),
+            search_strategy=SkipMeasuredSearch(inner, budget, record_index),
             task_name=task.task_name, logger=task_logger,
             rand_state=rand_state, num_threads=num_tuning_cores,
         )
@@ -250,10 +245,11 @@ def tune(
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     records_before = len(database)
     tasks = extract_tasks(mod, params, target, variant)
-    budget = TrialBudget(max_trials)
+    budget, index = TrialBudget(max_trials), RecordIndex()
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
-                                               strategy=strategy, budget=budget)
-    known = recorded_counts_and_best(database, contexts)
+                                               strategy=strategy, budget=budget,
+                                               record_index=index)
+    known = recorded_counts_and_best(database, contexts, index)
     order = sorted(range(len(contexts)), key=lambda i: known[i][0])  # fewest records first
     contexts, weights = [contexts[i] for i in order], [weights[i] for i in order]
     known = [known[i] for i in order]
@@ -308,16 +304,16 @@ def tune(
 
 
 def recorded_counts_and_best(
-    database: ms.Database, contexts: Sequence[ms.TuneContext]
+    database: ms.Database, contexts: Sequence[ms.TuneContext], index: Optional[RecordIndex] = None
 ) -> List[Tuple[int, Optional[float]]]:
     """Per context: the number of distinct candidates ``database`` holds for its workload, and
     the best valid run time among them (None when there is none)."""
-    groups = records_by_workload(database)
+    index = index or RecordIndex()
     result = []
     for context in contexts:
-        records = groups.get(workload_hash(context.mod), [])
-        times = [t for t in (valid_run_secs(r.run_secs) for r in records) if t is not None]
-        result.append((len({trace_key(r.trace) for r in records}), min(times, default=None)))
+        times = [t for t in (valid_run_secs(r.run_secs) for r in index.records(database, context.mod))
+                 if t is not None]
+        result.append((len(index.keys(database, context.mod)), min(times, default=None)))
     return result
 
 
