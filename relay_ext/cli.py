@@ -86,9 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser(
         "tune", parents=[common, model], help="tune with MetaSchedule into a work dir (resumable)",
         description="Tune the model's tasks with MetaSchedule; the JSON database goes to "
-                    "--work-dir. --trials is the total budget of the work dir: running the same "
-                    "command again continues from the records it holds. A half-written last line "
-                    "(a killed run) is set aside in <file>.broken-<time> with a warning.")
+                    "--work-dir, progress (trials, tasks measured, estimated latency) to stderr. "
+                    "--trials is the total budget of the work dir: running the same command "
+                    "again continues from the records it holds and never measures a recorded "
+                    "candidate again. Ctrl-C finishes the candidates in flight, keeps every "
+                    "record and exits 130 (twice: stop at once). A half-written last line (a "
+                    "killed run) is set aside in <file>.broken-<time> with a warning.")
     tune.add_argument("--trials", type=_positive_int, required=True,
                       help="total number of measured candidates for the work dir")
     tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
