@@ -136,8 +136,11 @@ def _target(text: str, variant: str = "ours"):
     import meta_rules
     from meta_rules.rule_sets import as_target
 
+    from relay_ext.tuning import check_llvm_target
+
     try:
         target = as_target(text)
+        check_llvm_target(target)
         meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
     except ValueError as error:
         raise BadInput(f"{error}; examples: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100") from None
@@ -311,6 +314,16 @@ def _checked_variant_model_target(args):
     return normalize_target(_target(args.target, args.variant))
 
 
+def _warn_if_generic_llvm(text: str, target) -> None:
+    """Plain llvm builds for generic x86-64: say so, once every input check has passed."""
+    from relay_ext.tuning import host_llvm_target
+
+    if target.kind.name == "llvm" and "mcpu" not in target.attrs and "mtriple" not in target.attrs:
+        logger.warning("--target %r has no -mcpu: TVM compiles for generic x86-64 (no AVX2 or "
+                       "AVX-512), and int8 code is ~25x slower; for this machine use --target "
+                       "'%s'", text, host_llvm_target())
+
+
 def _runner(rpc: Optional[str]):
     """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered (BadInput if not)."""
     from relay_ext import rpc_tracker
@@ -380,6 +393,7 @@ def cmd_tune(args) -> int:
         print(f"{work_dir} already holds {before['records']} records (--trials {args.trials}); "
               "nothing to do. Raise --trials to tune further.")
         return 0
+    _warn_if_generic_llvm(args.target, target)
     loaded = _load_model(args)
     (work_dir / RUN_FILE).write_text(json.dumps(run, indent=2))
     if before["records"]:
@@ -466,6 +480,7 @@ def cmd_bench(args) -> int:
     loaded = _load_model(args)
     if loaded.output_scale is None:
         raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
+    _warn_if_generic_llvm(args.target, target)
     bench(loaded, work_dir, target, args.variant, args.repeats, args.number, args.threads)
     return 0
 
@@ -485,13 +500,13 @@ def cmd_demo(args) -> int:
     from relay_ext import models
     from relay_ext.demo import print_table
     from relay_ext.fusion_report import fusion_report
-    from relay_ext.tuning import extract_tasks, normalize_target, tune
+    from relay_ext.tuning import extract_tasks, host_llvm_target, tune
 
     import meta_rules
 
     start = time.monotonic()
     work_dir = _writable_dir(args.work_dir or tempfile.mkdtemp(prefix="quantfuse-demo-"))
-    llvm = normalize_target(f"llvm -num-cores {os.cpu_count() or 1}")
+    llvm = host_llvm_target(os.cpu_count() or 1)  # AVX-512 / AVX2 when this CPU has them
     name = "tiny_resnet"
 
     def step(text):

@@ -178,6 +178,33 @@ def test_unparseable_target(capsys):
     one_error_line(capsys, "invalid target", "llvm")
 
 
+@pytest.mark.parametrize("command", ["fusion", "tune"])
+def test_vnni_cpu_is_refused_before_llvm_aborts(command, capsys, tmp_path):
+    extra = ["--trials", "4", "--work-dir", str(tmp_path)] if command == "tune" else []
+    assert cli.main([command, *TINY, "--target", "llvm -mcpu=cascadelake", *extra]) == 2
+    one_error_line(capsys, "-mcpu=cascadelake has VNNI", "-mcpu=skylake-avx512")
+
+
+def test_host_llvm_target_is_buildable_and_uses_the_cpu(caplog):
+    from tvm.target import Target, codegen
+
+    from relay_ext.tuning import check_llvm_target, host_llvm_target
+
+    target = host_llvm_target(2)
+    check_llvm_target(target)  # never a VNNI -mcpu
+    assert int(target.attrs["num-cores"]) == 2
+    host = Target(f"llvm -mcpu={codegen.llvm_get_system_cpu()}")
+    if codegen.target_has_features(["avx512f", "avx512bw"], host):
+        assert target.attrs["mcpu"] == "skylake-avx512"
+    elif codegen.target_has_features("avx2", host):
+        assert target.attrs["mcpu"] == "core-avx2"
+    with caplog.at_level("WARNING", logger="quantfuse"):
+        cli._warn_if_generic_llvm("llvm", Target("llvm -num-cores 2"))
+        cli._warn_if_generic_llvm("llvm -mcpu=x", target)
+    assert len(caplog.records) == 1 and "no -mcpu" in caplog.records[0].getMessage()
+    assert str(target) in caplog.records[0].getMessage()
+
+
 @pytest.mark.parametrize("trials", ["0", "-3", "many"])
 def test_trials_must_be_positive(trials, capsys, tmp_path):
     assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", trials,

@@ -1,0 +1,155 @@
+"""Fusion of the built-in int8 models under each variant, per target (no tuning).
+
+    python -m benchmarks.fusion_tables [--models resnet18,resnet50,mobilenet_v2] [--image-size 224]
+
+For each model and configuration the static fusion report of ``quantfuse fusion`` is computed
+(global-memory intermediates of each task's worst design space) and summarised: tasks, tasks that
+keep an intermediate, intermediates and their global traffic per variant, the tasks where "ours"
+leaves more than "upstream" (expected: none), and the time the report took. Each row is kept in
+``benchmarks/results/fusion_tables.json`` (with its date and commit), so configurations can be run
+one at a time; the section ``fusion_tables`` of docs/BENCHMARKS.md is rendered from all rows.
+
+Configurations:
+
+* ``llvm``: NCHW, :func:`relay_ext.tuning.host_llvm_target` (``-mcpu=skylake-avx512`` on this
+  machine: TVM's AVX-512 rule set).
+* ``a100, cuda rules``: NCHW, the nvidia/nvidia-a100 tag without its ``arch``: MetaSchedule picks
+  its tensor-core rule set for any ``sm_75`` or newer arch, so dropping the arch is how the plain
+  CUDA rules are applied with the A100's limits.
+* ``a100, cuda-tensorcore rules``: NHWC, the nvidia/nvidia-a100 tag as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from tvm.target import Target
+
+import meta_rules
+from benchmarks.markdown_report import markdown_table, write_section
+from relay_ext import models
+from relay_ext.fusion_report import FusionReport, fusion_report
+from relay_ext.tuning import host_llvm_target
+
+
+def a100_with_cuda_rules() -> Target:
+    """The A100's limits without the arch that makes MetaSchedule pick tensor-core rules."""
+    config = dict(Target("nvidia/nvidia-a100").export())
+    config.pop("arch", None)
+    config.pop("host", None)
+    return Target(config)
+
+
+CONFIGS: Dict[str, Dict] = {
+    "llvm": {"label": "llvm AVX-512 (NCHW)", "target": lambda: host_llvm_target(2), "layout": "NCHW"},
+    "a100-cuda": {"label": "a100, cuda rules (NCHW)", "target": a100_with_cuda_rules,
+                  "layout": "NCHW"},
+    "a100-tensorcore": {"label": "a100, cuda-tensorcore rules (NHWC)",
+                        "target": lambda: "nvidia/nvidia-a100", "layout": "NHWC"},
+}
+
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fusion_tables.json"
+
+
+def load_rows() -> Dict[str, Dict]:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def save_row(key: str, row: Dict) -> None:
+    rows = load_rows()
+    rows[key] = row
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False, cwd=Path(__file__).parent).stdout.strip()
+
+
+def worse_than_upstream(report: FusionReport) -> List[str]:
+    """Tasks where "ours" leaves more global intermediates than "upstream"."""
+    return [t.name for t in report.tasks
+            if t.variants["ours"].intermediates > t.variants["upstream"].intermediates]
+
+
+def summary_row(model: str, config: str, report: FusionReport, seconds: float) -> List[object]:
+    totals = report.totals
+    cells = [f"{totals[v]['tasks_with_intermediates']} / {totals[v]['intermediates']} / "
+             f"{totals[v]['bytes'] / 2**20:.1f} MiB" for v in report.variants]
+    return [model, config, len(report.tasks), *cells, len(worse_than_upstream(report)),
+            f"{seconds:.0f}"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated configurations (default: all of {', '.join(CONFIGS)})")
+    args = parser.parse_args()
+    variants = ["legacy", "upstream", "ours"]
+    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configuration {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    for config_name in chosen:
+        config = CONFIGS[config_name]
+        label = config["label"]
+        for model in args.models.split(","):
+            loaded = models.load(model, image_size=args.image_size, layout=config["layout"])
+            start = time.perf_counter()
+            report = fusion_report(loaded.mod, loaded.params, config["target"](), variants)
+            seconds = time.perf_counter() - start
+            row = summary_row(model, label, report, seconds)
+            print(" | ".join(str(c) for c in row), flush=True)
+            save_row(f"{config_name}/{model}/{args.image_size}", {
+                "row": row, "worse_than_upstream": worse_than_upstream(report),
+                "image_size": args.image_size, "commit": _commit(),
+                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            })
+    stored = load_rows()
+    rows, details, dates = [], [], set()
+    model_order = ["resnet18", "resnet50", "mobilenet_v2"]
+    for key in sorted(stored, key=lambda k: (list(CONFIGS).index(k.split("/")[0]),
+                                             model_order.index(k.split("/")[1])
+                                             if k.split("/")[1] in model_order else 99, k)):
+        entry = stored[key]
+        if entry["image_size"] != args.image_size:
+            continue
+        rows.append(entry["row"])
+        dates.add(f"{entry['date']} (commit {entry['commit']})")
+        if entry["worse_than_upstream"]:
+            details.append(f"- {entry['row'][0]}, {entry['row'][1]}: ours leaves more than "
+                           "upstream on " + ", ".join(entry["worse_than_upstream"]))
+    assert set(variants) == set(meta_rules.VARIANTS)
+    header = ["model", "target (layout)", "tasks",
+              *[f"{v}: tasks with / intermediates / traffic" for v in variants],
+              "tasks where ours > upstream", "report time (s)"]
+    body = (
+        f"Rows computed: {'; '.join(sorted(dates))}.\n\n"
+        f"int8 models at batch 1, {args.image_size}x{args.image_size}, quantized with PyTorch "
+        "(x86 qconfig) and imported with TVM's PyTorch frontend. Per variant: tasks that keep at "
+        "least one global-memory intermediate in their worst design space, the number of such "
+        "intermediates, and the global traffic they cost (each written once and read once). "
+        "`a100, cuda rules` is the nvidia/nvidia-a100 tag without its arch (MetaSchedule picks "
+        "tensor-core rules for sm_75 and newer). Report time is the whole `fusion_report` (task "
+        "extraction under 3 variants and every design space), on 2 cores.\n\n"
+        + markdown_table(header, rows)
+        + ("\n\n" + "\n".join(details) if details else
+           "\n\nOurs leaves no more intermediates than upstream on any task of any row.")
+    )
+    write_section("fusion_tables", "Fusion of the int8 models per variant (static, no tuning)", body)
+    print("wrote docs/BENCHMARKS.md section fusion_tables")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
