@@ -1,0 +1,210 @@
+"""CPU latency of int8 models at equal tuning budgets: ours vs upstream vs legacy, PyTorch, untuned.
+
+    python -m benchmarks.cpu_latency [--models resnet18,resnet50] [--trials-per-task 2]
+        [--repeats 9] [--number 5] [--work-root /tmp/quantfuse-cpu-latency]
+
+For each model (batch 1, 224x224, llvm on this CPU): every variant is tuned with the same budget
+(``trials-per-task`` x number of tasks, same seed, same search) into its own work dir under
+``--work-root`` (a rerun resumes there instead of tuning again), compiled, and checked against
+PyTorch's quantized module. Then TVM tuned (each variant), TVM untuned (TVM's default schedules)
+and PyTorch int8 are timed in interleaved rounds (each round times every configuration once, the
+mean of ``number`` runs), so drift hits all alike. Reported: median, min-max over rounds, and the
+ratio ours/upstream paired per round (median and range). Each model's result is kept in
+``benchmarks/results/cpu_latency.json``; the section ``cpu_latency`` of docs/BENCHMARKS.md is
+rendered from all kept results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import torch
+import tvm
+from tvm import meta_schedule as ms
+
+from benchmarks.markdown_report import markdown_table, write_section
+from relay_ext import models
+from relay_ext.accuracy import build_untuned, run_torchscript, step_error
+from relay_ext.config import BUILD_OPTIONS
+from relay_ext.executing import graph_module
+from relay_ext.latency_bench import machine_description
+from relay_ext.tuning import (
+    compile_model,
+    extract_tasks,
+    host_llvm_target,
+    normalize_target,
+    tune,
+)
+
+VARIANTS = ("ours", "upstream", "legacy")
+RESULTS = Path(__file__).resolve().parent / "results" / "cpu_latency.json"
+
+
+def search_strategy() -> ms.search_strategy.EvolutionarySearch:
+    """A smaller evolutionary search than TVM's default (population 2048), which takes tens of
+    seconds per round here; the same for every variant."""
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16,
+        genetic_num_iters=2, genetic_max_fail_count=4)
+
+
+def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_iter: int,
+                 seed: int) -> Dict:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    have = len(database)
+    start = time.perf_counter()
+    if have < budget:
+        database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=budget - have,
+                        variant=variant, num_trials_per_iter=per_iter, seed=seed,
+                        strategy=search_strategy())
+    return {"database": database, "tuning_s": time.perf_counter() - start, "resumed_from": have}
+
+
+def _timer(lib, inputs, number: int):
+    device = tvm.cpu()
+    module = graph_module(lib, inputs, device)
+    module.run()
+    output = module.get_output(0).numpy()
+    evaluator = module.module.time_evaluator("run", device, number=number, repeat=1)
+    return output, lambda: float(evaluator().results[0])
+
+
+def _torch_timer(script, example: np.ndarray, number: int):
+    data = torch.from_numpy(np.ascontiguousarray(example))
+
+    def once() -> float:
+        with torch.no_grad():
+            start = time.perf_counter()
+            for _ in range(number):
+                script(data)
+            return (time.perf_counter() - start) / number
+
+    with torch.no_grad():
+        script(data)
+    return once
+
+
+def bench_model(name: str, args) -> Dict:
+    target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
+    loaded = models.load(name, image_size=args.image_size)
+    n_tasks = len(extract_tasks(loaded.mod, loaded.params, target, "ours"))
+    budget = args.trials_per_task * n_tasks
+    print(f"{name}: {n_tasks} tasks, {budget} trials per variant", flush=True)
+    expected = run_torchscript(loaded.torchscript, loaded.example_input)
+    timers, tuning, steps = {}, {}, {}
+    for variant in VARIANTS:
+        work_dir = Path(args.work_root) / name / variant
+        tuned = tune_variant(loaded, target, variant, work_dir, budget, args.trials_per_task,
+                             args.seed)
+        tuning[variant] = {"seconds": round(tuned["tuning_s"], 1),
+                           "records": len(tuned["database"]),
+                           "resumed_from": tuned["resumed_from"]}
+        print(f"  {variant}: tuned ({tuning[variant]})", flush=True)
+        lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
+        output, timers[f"TVM tuned ({variant})"] = _timer(lib, loaded.inputs, args.number)
+        steps[variant] = step_error(output, expected, loaded.output_scale).max_steps
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        untuned = build_untuned(loaded.mod, loaded.params, target)
+    output, timers["TVM untuned"] = _timer(untuned, loaded.inputs, args.number)
+    steps["untuned"] = step_error(output, expected, loaded.output_scale).max_steps
+    timers["PyTorch int8"] = _torch_timer(loaded.torchscript, loaded.example_input, args.number)
+
+    tvm.get_global_func("runtime.config_threadpool")(0, args.threads)
+    torch.set_num_threads(args.threads)
+    samples: Dict[str, List[float]] = {k: [] for k in timers}
+    load_before = os.getloadavg()[0]  # other work on the 2 cores would skew every configuration
+    for _ in range(args.repeats):
+        for key, timer in timers.items():
+            samples[key].append(timer())
+    paired = [o / u for o, u in zip(samples["TVM tuned (ours)"], samples["TVM tuned (upstream)"])]
+    return {
+        "model": name, "image_size": args.image_size, "target": str(target), "tasks": n_tasks, "budget": budget,
+        "trials_per_task": args.trials_per_task, "threads": args.threads,
+        "repeats": args.repeats, "number": args.number, "tuning": tuning, "max_steps": steps,
+        "load_average_before_timing": round(load_before, 2),
+        "samples_s": samples,
+        "ours_over_upstream": {"median": statistics.median(paired), "min": min(paired),
+                               "max": max(paired)},
+        "machine": machine_description(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, check=False, cwd=Path(__file__).parent).stdout.strip(),
+    }
+
+
+def model_table(result: Dict) -> str:
+    samples = result["samples_s"]
+    torch_median = statistics.median(samples["PyTorch int8"])
+    upstream_median = statistics.median(samples["TVM tuned (upstream)"])
+    rows = []
+    for key, values in samples.items():
+        median = statistics.median(values)
+        rows.append([key, f"{median * 1e3:.2f}", f"{min(values) * 1e3:.2f} - {max(values) * 1e3:.2f}",
+                     f"{median / upstream_median:.2f}", f"{median / torch_median:.2f}"])
+    ratio = result["ours_over_upstream"]
+    tuning = ", ".join(f"{v} {t['seconds']:.0f} s" + (f" (resumed from {t['resumed_from']} records)"
+                                                      if t["resumed_from"] else "")
+                       for v, t in result["tuning"].items())
+    steps = ", ".join(f"{k} {v:.0f}" for k, v in result["max_steps"].items())
+    return (
+        f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}\n\n"
+        f"Target `{result.get('target', 'llvm')}`. {result['tasks']} tasks; each variant tuned with **{result['budget']} trials** "
+        f"({result['trials_per_task']} per task), seed 0; tuning time: {tuning}. "
+        f"{result['threads']} threads for TVM and PyTorch; {result['repeats']} interleaved rounds, "
+        f"each the mean of {result['number']} runs (1-minute load average when timing began: "
+        f"{result.get('load_average_before_timing', '?')}). Computed {result['date']} (commit "
+        f"{result['commit']}). Largest distance from PyTorch's output, in output quantization "
+        f"steps: {steps}.\n\n"
+        + markdown_table(["configuration", "median ms", "min - max ms", "/ TVM tuned (upstream)",
+                          "/ PyTorch int8"], rows)
+        + f"\n\nOurs / upstream, paired per round: median **{ratio['median']:.3f}** "
+          f"(range {ratio['min']:.3f} - {ratio['max']:.3f}).\n"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,resnet50")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--trials-per-task", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--number", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--target", default=None,
+                        help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS): "
+                             "AVX-512 without VNNI on this machine)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-latency")
+    args = parser.parse_args()
+    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in args.models.split(","):
+        result = bench_model(name, args)
+        print(model_table(result), flush=True)
+        stored[f"{name}/{args.image_size}"] = result
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
+    body = (
+        "Weights are random (fixed seed), calibrated on random data. Tuning here is small: 2 "
+        "cores, and an evolutionary search with population 64 (TVM's default of 2048 takes tens "
+        "of seconds per round on this machine), so a few trials per task are mostly random "
+        "samples: the budget is equal across variants, which is what the comparison needs, but "
+        "it is far below what a real tune uses (TVM suggests ~1000 trials per task).\n\n"
+        + "\n".join(model_table(stored[k]) for k in sorted(stored))
+    )
+    write_section("cpu_latency", "CPU latency at equal tuning budgets", body)
+    print("wrote docs/BENCHMARKS.md section cpu_latency")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
