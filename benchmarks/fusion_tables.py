@@ -140,7 +140,8 @@ def main() -> int:
         "least one global-memory intermediate in their worst design space, the number of such "
         "intermediates, and the global traffic they cost (each written once and read once). "
         "`a100, cuda rules` is the nvidia/nvidia-a100 tag without its arch (MetaSchedule picks "
-        "tensor-core rules for sm_75 and newer). Report time is the whole `fusion_report` (task "
+        "tensor-core rules for sm_75 and newer; with no CUDA installed TVM then sets "
+        "`-arch=sm_50`); `llvm AVX-512` is `relay_ext.tuning.host_llvm_target()`. Report time is the whole `fusion_report` (task "
         "extraction under 3 variants and every design space), on 2 cores.\n\n"
         + markdown_table(header, rows)
         + ("\n\n" + "\n".join(details) if details else
