@@ -318,7 +318,8 @@ def _warn_if_generic_llvm(text: str, target) -> None:
     """Plain llvm builds for generic x86-64: say so, once every input check has passed."""
     from relay_ext.tuning import host_llvm_target
 
-    if target.kind.name == "llvm" and "mcpu" not in target.attrs and "mtriple" not in target.attrs:
+    x86 = str(target.attrs.get("mtriple", "x86_64")).startswith("x86_64")  # TVM adds the host's
+    if target.kind.name == "llvm" and "mcpu" not in target.attrs and x86:
         logger.warning("--target %r has no -mcpu: TVM compiles for generic x86-64 (no AVX2 or "
                        "AVX-512), and int8 code is ~25x slower; for this machine use --target "
                        "'%s'", text, host_llvm_target())
@@ -393,8 +394,8 @@ def cmd_tune(args) -> int:
         print(f"{work_dir} already holds {before['records']} records (--trials {args.trials}); "
               "nothing to do. Raise --trials to tune further.")
         return 0
-    _warn_if_generic_llvm(args.target, target)
     loaded = _load_model(args)
+    _warn_if_generic_llvm(args.target, target)
     (work_dir / RUN_FILE).write_text(json.dumps(run, indent=2))
     if before["records"]:
         print(f"resuming: {before['records']} records in {work_dir}, {remaining} trials to go")
