@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")
     demo.add_argument("--trials", type=_positive_int, default=None,
-                      help="tuning budget (default: 4 per task)")
+                      help="tuning budget (default: 2 per task)")
     demo.add_argument("--image-size", type=_positive_int, default=32,
                       help="input image size (default 32)")
     return parser
@@ -521,7 +521,7 @@ def cmd_demo(args) -> int:
     print_table(["task", "anchor", *report.variants], fusion_rows(report))
 
     n_tasks = len(extract_tasks(loaded.mod, loaded.params, llvm, "ours"))
-    trials = args.trials or 4 * n_tasks
+    trials = args.trials or 2 * n_tasks
     step(f"tune on {llvm} (ours): {trials} trials over {n_tasks} tasks, into {work_dir}")
     database = tune(loaded.mod, loaded.params, llvm, work_dir, max_trials=trials, variant="ours",
                     num_trials_per_iter=min(4, trials), seed=0, strategy=_demo_search())

@@ -41,6 +41,7 @@ def pass_config(variant: str) -> Dict[str, Any]:
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": tir_converter_name(variant),
         **BUILD_OPTIONS,
+        "tir.add_lower_pass": list(BUILD_OPTIONS["tir.add_lower_pass"]),  # the caller's own list
     }
 
 

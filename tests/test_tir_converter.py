@@ -19,6 +19,7 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import relay_ext
+from relay_ext.inline_vector_lets import inline_vector_lets
 from meta_rules import fusion
 from relay_ext import pass_config
 from relay_ext import tir_converter as conv
@@ -165,13 +166,16 @@ def test_registration_leaves_someone_elses_function(monkeypatch):
 )
 def test_pass_config(variant, converter):
     config = pass_config(variant)
+    # see relay_ext.config.BUILD_OPTIONS for the last two
     assert config == {
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": converter,
-        "tir.disable_cse_tir": True,  # see relay_ext.config.BUILD_OPTIONS
+        "tir.disable_cse_tir": True,
+        "tir.add_lower_pass": [(3, inline_vector_lets)],
     }
-    with tvm.transform.PassContext(config=config) as ctx:  # TVM knows both options
+    with tvm.transform.PassContext(config=config) as ctx:  # TVM knows every option
         assert str(ctx.config["relay.backend.tir_converter"]) == converter
+        assert ctx.config["tir.add_lower_pass"][0][1].same_as(inline_vector_lets)
     assert pass_config(variant) is not config  # callers may add options to their copy
     assert relay_ext.pass_config is pass_config
 
