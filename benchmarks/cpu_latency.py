@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -31,12 +30,12 @@ import torch
 import tvm
 from tvm import meta_schedule as ms
 
-from benchmarks.markdown_report import markdown_table, write_section
+from benchmarks.markdown_report import current_commit, markdown_table, write_section
 from relay_ext import models
 from relay_ext.accuracy import build_untuned, run_torchscript, step_error
 from relay_ext.config import BUILD_OPTIONS
 from relay_ext.executing import graph_module
-from relay_ext.latency_bench import machine_description
+from relay_ext.latency_bench import machine_description, torch_timer, tvm_timer
 from relay_ext.tuning_progress import valid_run_secs
 from relay_ext.tuning import (
     compile_model,
@@ -71,30 +70,6 @@ def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_
     return {"database": database, "tuning_s": time.perf_counter() - start, "resumed_from": have}
 
 
-def _timer(lib, inputs, number: int):
-    device = tvm.cpu()
-    module = graph_module(lib, inputs, device)
-    module.run()
-    output = module.get_output(0).numpy()
-    evaluator = module.module.time_evaluator("run", device, number=number, repeat=1)
-    return output, lambda: float(evaluator().results[0])
-
-
-def _torch_timer(script, example: np.ndarray, number: int):
-    data = torch.from_numpy(np.ascontiguousarray(example))
-
-    def once() -> float:
-        with torch.no_grad():
-            start = time.perf_counter()
-            for _ in range(number):
-                script(data)
-            return (time.perf_counter() - start) / number
-
-    with torch.no_grad():
-        script(data)
-    return once
-
-
 def bench_model(name: str, args) -> Dict:
     target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
     loaded = models.load(name, image_size=args.image_size)
@@ -114,13 +89,13 @@ def bench_model(name: str, args) -> Dict:
                            "resumed_from": tuned["resumed_from"]}
         print(f"  {variant}: tuned ({tuning[variant]})", flush=True)
         lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
-        output, timers[f"TVM tuned ({variant})"] = _timer(lib, loaded.inputs, args.number)
+        output, timers[f"TVM tuned ({variant})"] = tvm_timer(lib, loaded.inputs, args.number)
         steps[variant] = step_error(output, expected, loaded.output_scale).max_steps
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         untuned = build_untuned(loaded.mod, loaded.params, target)
-    output, timers["TVM untuned"] = _timer(untuned, loaded.inputs, args.number)
+    output, timers["TVM untuned"] = tvm_timer(untuned, loaded.inputs, args.number)
     steps["untuned"] = step_error(output, expected, loaded.output_scale).max_steps
-    timers["PyTorch int8"] = _torch_timer(loaded.torchscript, loaded.example_input, args.number)
+    timers["PyTorch int8"] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
 
     tvm.get_global_func("runtime.config_threadpool")(0, args.threads)
     torch.set_num_threads(args.threads)
@@ -140,8 +115,7 @@ def bench_model(name: str, args) -> Dict:
                                "max": max(paired)},
         "machine": machine_description(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                 text=True, check=False, cwd=Path(__file__).parent).stdout.strip(),
+        "commit": current_commit(),
     }
 
 

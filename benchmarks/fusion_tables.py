@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -32,7 +31,7 @@ from typing import Dict, List
 from tvm.target import Target
 
 import meta_rules
-from benchmarks.markdown_report import markdown_table, write_section
+from benchmarks.markdown_report import current_commit, markdown_table, write_section
 from relay_ext import models
 from relay_ext.fusion_report import FusionReport, fusion_report
 from relay_ext.tuning import host_llvm_target
@@ -67,11 +66,6 @@ def save_row(key: str, row: Dict) -> None:
     rows[key] = row
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
-
-
-def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=False, cwd=Path(__file__).parent).stdout.strip()
 
 
 def worse_than_upstream(report: FusionReport) -> List[str]:
@@ -112,7 +106,7 @@ def main() -> int:
             print(" | ".join(str(c) for c in row), flush=True)
             save_row(f"{config_name}/{model}/{args.image_size}", {
                 "row": row, "worse_than_upstream": worse_than_upstream(report),
-                "image_size": args.image_size, "commit": _commit(),
+                "image_size": args.image_size, "commit": current_commit(),
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             })
     stored = load_rows()

@@ -29,14 +29,19 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
+def current_commit() -> str:
+    """The short hash of this checkout's HEAD, or "" outside a git checkout."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=False, cwd=BENCHMARKS_MD.parent).stdout.strip()
+    except OSError:
+        return ""
+
+
 def write_section(name: str, title: str, body: str, command: List[str] | None = None) -> Path:
     """Replace (or append) the section ``name`` of docs/BENCHMARKS.md."""
     command = command if command is not None else [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False, cwd=BENCHMARKS_MD.parent).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = current_commit()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = (
         f"<!-- begin: {name} -->\n## {title}\n\n"

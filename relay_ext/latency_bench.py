@@ -13,7 +13,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -103,26 +103,32 @@ def _set_tvm_threads(threads: int) -> None:
     tvm.get_global_func("runtime.config_threadpool")(0, int(threads))
 
 
-def _time_tvm(lib, inputs: Dict[str, np.ndarray], repeats: int, number: int) -> tuple:
+def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int) -> Tuple[np.ndarray, Callable[[], float]]:
+    """Load ``lib`` on the CPU, run it once (warm-up) and return its first output with a
+    function that times one round: the mean seconds of ``number`` runs."""
     device = tvm.cpu()
     module = graph_module(lib, inputs, device)
-    module.run()  # warm-up
+    module.run()
     output = module.get_output(0).numpy()
-    timer = module.module.time_evaluator("run", device, number=number, repeat=repeats)
-    return output, list(timer().results)
+    evaluator = module.module.time_evaluator("run", device, number=number, repeat=1)
+    return output, lambda: float(evaluator().results[0])
 
 
-def _time_torch(module, example_input: np.ndarray, repeats: int, number: int) -> List[float]:
+def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], float]:
+    """Run ``module`` once on ``example_input`` (warm-up) and return a function that times one
+    round: the mean seconds of ``number`` calls, without autograd."""
     data = torch.from_numpy(np.ascontiguousarray(example_input))
-    results = []
-    with torch.no_grad():
-        module(data)  # warm-up
-        for _ in range(repeats):
+
+    def one_round() -> float:
+        with torch.no_grad():
             start = time.perf_counter()
             for _ in range(number):
                 module(data)
-            results.append((time.perf_counter() - start) / number)
-    return results
+            return (time.perf_counter() - start) / number
+
+    with torch.no_grad():
+        module(data)
+    return one_round
 
 
 def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
@@ -143,9 +149,12 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
     _set_tvm_threads(threads)
     torch.set_num_threads(threads)
     try:
-        tuned_out, tuned_s = _time_tvm(tuned_lib, loaded.inputs, repeats, number)
-        untuned_out, untuned_s = _time_tvm(untuned_lib, loaded.inputs, repeats, number)
-        torch_s = _time_torch(loaded.torchscript, loaded.example_input, repeats, number)
+        tuned_out, tuned_round = tvm_timer(tuned_lib, loaded.inputs, number)
+        untuned_out, untuned_round = tvm_timer(untuned_lib, loaded.inputs, number)
+        torch_round = torch_timer(loaded.torchscript, loaded.example_input, number)
+        tuned_s = [tuned_round() for _ in range(repeats)]
+        untuned_s = [untuned_round() for _ in range(repeats)]
+        torch_s = [torch_round() for _ in range(repeats)]
         expected = run_torchscript(loaded.torchscript, loaded.example_input)
     finally:
         torch.set_num_threads(old_torch_threads)
