@@ -17,7 +17,7 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	TOPHUB_LOCATION=NONE $(PY) -m pytest -q tests
+	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 tests
 
 demo: $(STAMP)
 	TOPHUB_LOCATION=NONE $(VENV)/bin/quantfuse demo
