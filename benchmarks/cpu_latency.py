@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import torch
 import tvm
 from tvm import meta_schedule as ms
@@ -34,7 +33,6 @@ from benchmarks.markdown_report import current_commit, markdown_table, write_sec
 from relay_ext import models
 from relay_ext.accuracy import build_untuned, run_torchscript, step_error
 from relay_ext.config import BUILD_OPTIONS
-from relay_ext.executing import graph_module
 from relay_ext.latency_bench import machine_description, torch_timer, tvm_timer
 from relay_ext.tuning_progress import valid_run_secs
 from relay_ext.tuning import (
