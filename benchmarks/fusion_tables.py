@@ -123,7 +123,7 @@ def main() -> int:
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             })
     stored = load_rows()
-    rows, details, dates = [], [], set()
+    rows, details, dates, shown = [], [], set(), []
     model_order = ["resnet18", "resnet50", "mobilenet_v2"]
     for key in sorted(stored, key=lambda k: (list(CONFIGS).index(k.split("/")[0]),
                                              model_order.index(k.split("/")[1])
@@ -132,6 +132,8 @@ def main() -> int:
         if entry["image_size"] != args.image_size:
             continue
         rows.append(entry["row"])
+        if key.split("/")[0] not in shown:
+            shown.append(key.split("/")[0])
         dates.add(f"{entry['date']} (commit {entry['commit']})")
         if entry["worse_than_upstream"]:
             details.append(f"- {entry['row'][0]}, {entry['row'][1]}: ours leaves more than "
@@ -153,10 +155,9 @@ def main() -> int:
         + markdown_table(header, rows)
         + ("\n\n" + "\n".join(details) if details else
            "\n\nOurs leaves no more intermediates than upstream on any task of any row.")
-        + ("\n\n" + LLVM_NOTE if any(k.startswith("llvm/") for k in stored) else "")
+        + ("\n\n" + LLVM_NOTE if "llvm" in shown else "")
     )
     # The command that recomputes every row shown (a run may have added only some of them).
-    shown = sorted({k.split("/")[0] for k in stored}, key=list(CONFIGS).index)
     command = ["benchmarks/fusion_tables.py", "--configs", ",".join(shown)]
     if args.image_size != 224:
         command += ["--image-size", str(args.image_size)]
