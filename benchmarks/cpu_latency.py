@@ -1,15 +1,18 @@
 """CPU latency of int8 models at equal tuning budgets: ours vs upstream vs legacy, PyTorch, untuned.
 
     python -m benchmarks.cpu_latency [--models resnet18,resnet50] [--trials-per-task 2]
-        [--repeats 9] [--number 5] [--work-root /tmp/quantfuse-cpu-latency]
+        [--seeds 0,1,2] [--repeats 9] [--number 5] [--work-root /tmp/quantfuse-cpu-latency]
 
-For each model (batch 1, 224x224, llvm on this CPU): every variant is tuned with the same budget
-(``trials-per-task`` x number of tasks, same seed, same search) into its own work dir under
+For each model (batch 1, 224x224, llvm on this CPU) and each seed: every variant is tuned with the
+same budget (``trials-per-task`` x number of tasks, same seed, same search, one search thread so
+that a seed draws the same random numbers in every variant) into its own work dir under
 ``--work-root`` (a rerun resumes there instead of tuning again), compiled, and checked against
-PyTorch's quantized module. Then TVM tuned (each variant), TVM untuned (TVM's default schedules)
-and PyTorch int8 are timed in interleaved rounds (each round times every configuration once, the
-mean of ``number`` runs), so drift hits all alike. Reported: median, min-max over rounds, and the
-ratio ours/upstream paired per round (median and range). Each model's result is kept in
+PyTorch's quantized module. A few trials per task are mostly random samples, so which variant
+wins at one seed is largely search luck; several seeds show how large that luck is. Then every
+tuned build, TVM untuned (TVM's default schedules) and PyTorch int8 are timed in interleaved
+rounds (each round times every configuration once, the mean of ``number`` runs), so drift hits
+all alike. Reported: median, min-max over rounds, and the ratio ours/upstream paired per round
+and seed (per seed, and over all seeds). Each model's result is kept in
 ``benchmarks/results/cpu_latency.json``; the section ``cpu_latency`` of docs/BENCHMARKS.md is
 rendered from all kept results.
 """
@@ -56,7 +59,7 @@ def search_strategy() -> ms.search_strategy.EvolutionarySearch:
 
 
 def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_iter: int,
-                 seed: int) -> Dict:
+                 seed: int, search_threads: int) -> Dict:
     work_dir.mkdir(parents=True, exist_ok=True)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     have = len(database)
@@ -64,7 +67,7 @@ def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_
     if have < budget:
         database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=budget - have,
                         variant=variant, num_trials_per_iter=per_iter, seed=seed,
-                        strategy=search_strategy())
+                        strategy=search_strategy(), num_tuning_cores=search_threads)
     return {"database": database, "tuning_s": time.perf_counter() - start, "resumed_from": have}
 
 
@@ -76,19 +79,21 @@ def bench_model(name: str, args) -> Dict:
     print(f"{name}: {n_tasks} tasks, {budget} trials per variant", flush=True)
     expected = run_torchscript(loaded.torchscript, loaded.example_input)
     timers, tuning, steps = {}, {}, {}
-    for variant in VARIANTS:
-        work_dir = Path(args.work_root) / name / variant
-        tuned = tune_variant(loaded, target, variant, work_dir, budget, args.trials_per_task,
-                             args.seed)
-        records = tuned["database"].get_all_tuning_records()
-        tuning[variant] = {"seconds": round(tuned["tuning_s"], 1),
+    for seed in args.seeds:
+        for variant in VARIANTS:
+            key = tuned_key(variant, seed)
+            work_dir = Path(args.work_root) / name / f"{variant}-seed{seed}"
+            tuned = tune_variant(loaded, target, variant, work_dir, budget, args.trials_per_task,
+                                 seed, args.search_threads)
+            records = tuned["database"].get_all_tuning_records()
+            tuning[key] = {"seconds": round(tuned["tuning_s"], 1),
                            "records": len(records),
                            "failed": sum(valid_run_secs(r.run_secs) is None for r in records),
                            "resumed_from": tuned["resumed_from"]}
-        print(f"  {variant}: tuned ({tuning[variant]})", flush=True)
-        lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
-        output, timers[f"TVM tuned ({variant})"] = tvm_timer(lib, loaded.inputs, args.number)
-        steps[variant] = step_error(output, expected, loaded.output_scale).max_steps
+            print(f"  {key}: tuned ({tuning[key]})", flush=True)
+            lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
+            output, timers[key] = tvm_timer(lib, loaded.inputs, args.number)
+            steps[key] = step_error(output, expected, loaded.output_scale).max_steps
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         untuned = build_untuned(loaded.mod, loaded.params, target)
     output, timers["TVM untuned"] = tvm_timer(untuned, loaded.inputs, args.number)
@@ -102,25 +107,47 @@ def bench_model(name: str, args) -> Dict:
     for _ in range(args.repeats):
         for key, timer in timers.items():
             samples[key].append(timer())
-    paired = [o / u for o, u in zip(samples["TVM tuned (ours)"], samples["TVM tuned (upstream)"])]
+    ratios = {seed: ratio_summary(paired_ratios(samples, seed)) for seed in args.seeds}
+    every = [r for seed in args.seeds for r in paired_ratios(samples, seed)]
     return {
-        "model": name, "image_size": args.image_size, "target": str(target), "tasks": n_tasks, "budget": budget,
-        "trials_per_task": args.trials_per_task, "threads": args.threads,
+        "model": name, "image_size": args.image_size, "target": str(target), "tasks": n_tasks,
+        "budget": budget, "trials_per_task": args.trials_per_task, "seeds": list(args.seeds),
+        "search_threads": args.search_threads, "threads": args.threads,
         "repeats": args.repeats, "number": args.number, "tuning": tuning, "max_steps": steps,
         "load_average_before_timing": round(load_before, 2),
         "samples_s": samples,
-        "ours_over_upstream": {"median": statistics.median(paired), "min": min(paired),
-                               "max": max(paired)},
+        "ours_over_upstream_by_seed": {str(seed): r for seed, r in ratios.items()},
+        "ours_over_upstream": ratio_summary(every),
         "machine": machine_description(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": current_commit(),
     }
 
 
+def tuned_key(variant: str, seed: int) -> str:
+    return f"TVM tuned ({variant}, seed {seed})"
+
+
+def paired_ratios(samples: Dict[str, List[float]], seed: int) -> List[float]:
+    """ours/upstream at ``seed``, one ratio per timing round (both timed in the same round)."""
+    return [o / u for o, u in zip(samples[tuned_key("ours", seed)],
+                                  samples[tuned_key("upstream", seed)])]
+
+
+def ratio_summary(ratios: List[float]) -> Dict[str, float]:
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
+def variant_median(samples: Dict[str, List[float]], variant: str) -> float:
+    """Median over seeds of each seed's median time (results before seeds: the one key)."""
+    return statistics.median(statistics.median(v) for k, v in samples.items()
+                             if k.startswith(f"TVM tuned ({variant}"))
+
+
 def model_table(result: Dict) -> str:
     samples = result["samples_s"]
     torch_median = statistics.median(samples["PyTorch int8"])
-    upstream_median = statistics.median(samples["TVM tuned (upstream)"])
+    upstream_median = variant_median(samples, "upstream")
     rows = []
     for key, values in samples.items():
         median = statistics.median(values)
@@ -132,19 +159,32 @@ def model_table(result: Dict) -> str:
                                                       if t["resumed_from"] else "")
                        for v, t in result["tuning"].items())
     steps = ", ".join(f"{k} {v:.0f}" for k, v in result["max_steps"].items())
+    seeds = result.get("seeds", [0])
+    search = (f"seeds {', '.join(map(str, seeds))}, {result['search_threads']} search thread(s)"
+              if "seeds" in result else "seed 0")
+    by_seed = result.get("ours_over_upstream_by_seed", {})
+    per_seed = "; ".join(f"seed {s} {r['median']:.3f} ({r['min']:.3f} - {r['max']:.3f})"
+                         for s, r in by_seed.items())
+    summary = ""
+    if len(seeds) > 1:
+        summary = ("Median over seeds of each variant's median: "
+                   + ", ".join(f"{v} {variant_median(samples, v) * 1e3:.2f} ms"
+                               for v in VARIANTS) + ".\n\n")
     return (
         f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}\n\n"
         f"Target `{result.get('target', 'llvm')}`. {result['tasks']} tasks; each variant tuned with **{result['budget']} trials** "
-        f"({result['trials_per_task']} per task), seed 0; tuning time: {tuning}. "
+        f"({result['trials_per_task']} per task), {search}; tuning time: {tuning}. "
         f"{result['threads']} threads for TVM and PyTorch; {result['repeats']} interleaved rounds, "
         f"each the mean of {result['number']} runs (1-minute load average when timing began: "
         f"{result.get('load_average_before_timing', '?')}). Computed {result['date']} (commit "
         f"{result['commit']}). Largest distance from PyTorch's output, in output quantization "
         f"steps: {steps}.\n\n"
-        + markdown_table(["configuration", "median ms", "min - max ms", "/ TVM tuned (upstream)",
-                          "/ PyTorch int8"], rows)
-        + f"\n\nOurs / upstream, paired per round: median **{ratio['median']:.3f}** "
-          f"(range {ratio['min']:.3f} - {ratio['max']:.3f}).\n"
+        + markdown_table(["configuration", "median ms", "min - max ms",
+                          "/ TVM tuned (upstream, median over seeds)", "/ PyTorch int8"], rows)
+        + "\n\n" + summary
+        + f"Ours / upstream, paired per round{' and seed' if by_seed else ''}: median "
+          f"**{ratio['median']:.3f}** (range {ratio['min']:.3f} - {ratio['max']:.3f})"
+        + (f"; per seed: {per_seed}" if len(by_seed) > 1 else "") + ".\n"
     )
 
 
@@ -159,9 +199,13 @@ def main() -> int:
     parser.add_argument("--target", default=None,
                         help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS): "
                              "AVX-512 without VNNI on this machine)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0",
+                        help="comma-separated seeds; each variant is tuned once per seed")
+    parser.add_argument("--search-threads", type=int, default=1,
+                        help="threads of the evolutionary search (1: a seed repeats its draws)")
     parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-latency")
     args = parser.parse_args()
+    args.seeds = [int(seed) for seed in args.seeds.split(",")]
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in args.models.split(","):
         result = bench_model(name, args)

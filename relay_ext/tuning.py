@@ -256,6 +256,7 @@ def tune(
     builder: Optional[ms.builder.Builder] = None,
     strategy: StrategyLike = "evolutionary",
     progress: Optional[Callable[[ProgressSnapshot], None]] = None,
+    num_tuning_cores: Union[str, int] = "physical",
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
     records go to MetaSchedule's JSON database in ``work_dir``.
@@ -275,6 +276,13 @@ def tune(
     ``work_dir/tuning_summary.json`` (see :func:`read_tuning_summary`) lists them.
     ``strategy`` is MetaSchedule's search strategy (an EvolutionarySearch with a small population
     makes tiny budgets cheap).
+
+    ``seed`` seeds every random choice of the search: each task's random state, and numpy's global
+    generator while tuning (until TVM's XGBoost cost model has 100 measurements it ranks
+    candidates with ``np.random.uniform``); the caller's numpy stream is restored afterwards.
+    Search threads take work dynamically, so a tune repeats exactly only with
+    ``num_tuning_cores=1``; and once the cost model is trained, or the task scheduler leaves
+    its first round over the tasks, measured run times steer the search, and they vary.
     """
     check_variant(variant)
     if int(max_trials) <= 0:
@@ -289,6 +297,7 @@ def tune(
     tasks = extract_tasks(mod, params, target, variant)
     budget, index = TrialBudget(max_trials), RecordIndex()
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
+                                               num_tuning_cores=num_tuning_cores,
                                                strategy=strategy, budget=budget,
                                                record_index=index)
     known = recorded_counts_and_best(database, contexts, index)
@@ -313,7 +322,7 @@ def tune(
                 tasks=[c.task_name for c in contexts], weights=weights,
                 best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
                 report=progress)
-            with guard.installed():
+            with guard.installed(), numpy_seeded(seed):
                 try:
                     ms.tune_tasks(
                         tasks=contexts,
@@ -325,6 +334,8 @@ def tune(
                         builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
                         runner=make_runner(runner),
                         database=database,
+                        task_scheduler=ms.task_scheduler.GradientBased(
+                            seed=-1 if seed is None else int(seed)),
                         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
                                            tracker],
                     )
@@ -343,6 +354,21 @@ def tune(
                 len(database), len(database) - records_before,
                 f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
     return database
+
+
+@contextlib.contextmanager
+def numpy_seeded(seed: Optional[int]):
+    """Within the block numpy's global generator draws from ``seed``; afterwards it continues
+    the caller's stream as if the block had not run. ``seed=None``: the stream is left alone."""
+    if seed is None:
+        yield
+        return
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
 
 
 def recorded_counts_and_best(

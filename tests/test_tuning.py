@@ -17,6 +17,7 @@ from relay_ext.tuning import (
     compile_model,
     extract_tasks,
     normalize_target,
+    numpy_seeded,
     read_tuning_summary,
     run_module,
     tune,
@@ -159,3 +160,18 @@ def test_bad_tuning_arguments(tiny, tmp_path):
         tune(tiny.mod, tiny.params, LLVM, tmp_path, max_trials=4, runner="carrier-pigeon")
     with pytest.raises(ValueError, match="invalid target"):
         tune(tiny.mod, tiny.params, "no-such-target", tmp_path, max_trials=4)
+
+
+def test_numpy_seeded_draws_from_the_seed_and_restores_the_callers_stream():
+    np.random.seed(123)
+    expected_next = np.random.uniform(size=3)
+    np.random.seed(123)
+    with numpy_seeded(7):
+        inside = np.random.uniform(size=3)
+    assert np.array_equal(np.random.uniform(size=3), expected_next)  # caller's stream untouched
+    with numpy_seeded(7):
+        assert np.array_equal(np.random.uniform(size=3), inside)
+    np.random.seed(123)
+    with numpy_seeded(None):  # no seed: the global stream simply goes on
+        first = np.random.uniform(size=1)
+    assert np.array_equal(first, np.random.RandomState(123).uniform(size=1))
