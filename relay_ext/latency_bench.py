@@ -136,7 +136,8 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
                     threads: Optional[int] = None) -> BenchResult:
     """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check the tuned
     build's output against the TorchScript module, and time all three on the same input with
-    the same thread count (median of ``repeats``, each the mean of ``number`` runs)."""
+    the same thread count (median of ``repeats`` interleaved rounds, each round timing all three
+    once as the mean of ``number`` runs)."""
     if loaded.output_scale is None:
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target = normalize_target(target)
@@ -152,9 +153,11 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
         tuned_out, tuned_round = tvm_timer(tuned_lib, loaded.inputs, number)
         untuned_out, untuned_round = tvm_timer(untuned_lib, loaded.inputs, number)
         torch_round = torch_timer(loaded.torchscript, loaded.example_input, number)
-        tuned_s = [tuned_round() for _ in range(repeats)]
-        untuned_s = [untuned_round() for _ in range(repeats)]
-        torch_s = [torch_round() for _ in range(repeats)]
+        tuned_s, untuned_s, torch_s = [], [], []
+        for _ in range(repeats):  # interleaved rounds: a load change hits all three alike
+            tuned_s.append(tuned_round())
+            untuned_s.append(untuned_round())
+            torch_s.append(torch_round())
         expected = run_torchscript(loaded.torchscript, loaded.example_input)
     finally:
         torch.set_num_threads(old_torch_threads)
