@@ -17,6 +17,7 @@ import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
 
+from . import vnni_intrinsics
 from .executing import copy_module, run_module
 from .models import LoadedModel
 
@@ -70,7 +71,10 @@ def build_untuned(
     It builds a copy: QNN canonicalization writes the default ``rounding`` and ``compute_dtype``
     into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
     requantize.cc), which would change the structural hash of the caller's module.
+    TOPI's VNNI dot product is first registered for this wheel's LLVM
+    (:mod:`relay_ext.vnni_intrinsics`), else a VNNI ``-mcpu`` aborts the process.
     """
+    vnni_intrinsics.install()
     return relay.build(copy_module(mod), target=target, params=params)
 
 

