@@ -82,7 +82,7 @@ def bench_model(name: str, args) -> Dict:
     for seed in args.seeds:
         for variant in VARIANTS:
             key = tuned_key(variant, seed)
-            work_dir = Path(args.work_root) / name / f"{variant}-seed{seed}"
+            work_dir = Path(args.work_root) / name / mcpu_of(target) / f"{variant}-seed{seed}"
             tuned = tune_variant(loaded, target, variant, work_dir, budget, args.trials_per_task,
                                  seed, args.search_threads)
             records = tuned["database"].get_all_tuning_records()
@@ -122,6 +122,15 @@ def bench_model(name: str, args) -> Dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": current_commit(),
     }
+
+
+def mcpu_of(target) -> str:
+    return str(target.attrs.get("mcpu", "generic"))
+
+
+def result_key(result: Dict) -> str:
+    """Where a result is kept: model, image size and -mcpu (one result per combination)."""
+    return f"{result['model']}/{result['image_size']}/{mcpu_of(tvm.target.Target(result['target']))}"
 
 
 def tuned_key(variant: str, seed: int) -> str:
@@ -207,10 +216,11 @@ def main() -> int:
     args = parser.parse_args()
     args.seeds = [int(seed) for seed in args.seeds.split(",")]
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    stored = {result_key(result): result for result in stored.values()}  # older keys lacked -mcpu
     for name in args.models.split(","):
         result = bench_model(name, args)
         print(model_table(result), flush=True)
-        stored[f"{name}/{args.image_size}"] = result
+        stored[result_key(result)] = result
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
     body = (
