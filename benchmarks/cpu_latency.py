@@ -180,7 +180,8 @@ def model_table(result: Dict) -> str:
                    + ", ".join(f"{v} {variant_median(samples, v) * 1e3:.2f} ms"
                                for v in VARIANTS) + ".\n\n")
     return (
-        f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}\n\n"
+        f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}, "
+        f"-mcpu={mcpu_of(tvm.target.Target(result['target']))}\n\n"
         f"Target `{result.get('target', 'llvm')}`. {result['tasks']} tasks; each variant tuned with **{result['budget']} trials** "
         f"({result['trials_per_task']} per task), {search}; tuning time: {tuning}. "
         f"{result['threads']} threads for TVM and PyTorch; {result['repeats']} interleaved rounds, "

@@ -195,7 +195,9 @@ def test_host_llvm_target_is_buildable_and_uses_the_cpu(caplog):
     target = host_llvm_target(2)
     assert int(target.attrs["num-cores"]) == 2
     host = Target(f"llvm -mcpu={codegen.llvm_get_system_cpu()}")
-    if codegen.target_has_features(["avx512f", "avx512bw"], host):
+    if codegen.target_has_features(["avx512f", "avx512bw", "avx512vnni"], host):
+        assert target.attrs["mcpu"] == "cascadelake"
+    elif codegen.target_has_features(["avx512f", "avx512bw"], host):
         assert target.attrs["mcpu"] == "skylake-avx512"
     elif codegen.target_has_features("avx2", host):
         assert target.attrs["mcpu"] == "core-avx2"
