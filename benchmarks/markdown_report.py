@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ def write_section(name: str, title: str, body: str, command: List[str] | None = 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = (
         f"<!-- begin: {name} -->\n## {title}\n\n"
-        f"- command: `python {' '.join(command)}`\n- date: {stamp}"
+        f"- command: `python {shlex.join(command)}`\n- date: {stamp}"
         + (f" (commit {commit})" if commit else "")
         + f"\n- machine: {machine_description()}\n\n{body.strip()}\n<!-- end: {name} -->\n"
     )
