@@ -23,7 +23,9 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -121,6 +123,7 @@ def bench_model(name: str, args) -> Dict:
         "machine": machine_description(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": current_commit(),
+        "command": shlex.join(["python", "-m", "benchmarks.cpu_latency", *sys.argv[1:]]),
     }
 
 
@@ -188,7 +191,8 @@ def model_table(result: Dict) -> str:
         f"each the mean of {result['number']} runs (1-minute load average when timing began: "
         f"{result.get('load_average_before_timing', '?')}). Computed {result['date']} (commit "
         f"{result['commit']}). Largest distance from PyTorch's output, in output quantization "
-        f"steps: {steps}.\n\n"
+        f"steps: {steps}."
+        + (f" Command: `{result['command']}`." if "command" in result else "") + "\n\n"
         + markdown_table(["configuration", "median ms", "min - max ms",
                           "/ TVM tuned (upstream, median over seeds)", "/ PyTorch int8"], rows)
         + "\n\n" + summary
@@ -218,7 +222,7 @@ def main() -> int:
     args.seeds = [int(seed) for seed in args.seeds.split(",")]
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     stored = {result_key(result): result for result in stored.values()}  # older keys lacked -mcpu
-    for name in args.models.split(","):
+    for name in [m for m in args.models.split(",") if m]:  # --models '': only render the section
         result = bench_model(name, args)
         print(model_table(result), flush=True)
         stored[result_key(result)] = result
@@ -229,7 +233,8 @@ def main() -> int:
         "cores, and an evolutionary search with population 64 (TVM's default of 2048 takes tens "
         "of seconds per round on this machine), so a few trials per task are mostly random "
         "samples: the budget is equal across variants, which is what the comparison needs, but "
-        "it is far below what a real tune uses (TVM suggests ~1000 trials per task).\n\n"
+        "it is far below what a real tune uses (TVM suggests ~1000 trials per task). Each table "
+        "names the command that measured it (the line above names the last run).\n\n"
         + "\n".join(model_table(stored[k]) for k in sorted(stored))
     )
     write_section("cpu_latency", "CPU latency at equal tuning budgets", body)
