@@ -4,8 +4,9 @@
         [--seeds 0,1,2] [--repeats 9] [--number 5] [--work-root /tmp/quantfuse-cpu-latency]
 
 For each model (batch 1, 224x224, llvm on this CPU) and each seed: every variant is tuned with the
-same budget (``trials-per-task`` x number of tasks, same seed, same search, one search thread so
-that a seed draws the same random numbers in every variant) into its own work dir under
+same budget (``trials-per-task`` x number of tasks, same seed, same search, one search thread,
+which removes one source of run-to-run variation; runs still differ, see ``relay_ext.tune``)
+into its own work dir under
 ``--work-root`` (a rerun resumes there instead of tuning again), compiled, and checked against
 PyTorch's quantized module. A few trials per task are mostly random samples, so which variant
 wins at one seed is largely search luck; several seeds show how large that luck is. Then every
@@ -216,7 +217,7 @@ def main() -> int:
     parser.add_argument("--seeds", default="0",
                         help="comma-separated seeds; each variant is tuned once per seed")
     parser.add_argument("--search-threads", type=int, default=1,
-                        help="threads of the evolutionary search (1: a seed repeats its draws)")
+                        help="threads of the evolutionary search (1: threads do not reorder the draws)")
     parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-latency")
     args = parser.parse_args()
     args.seeds = [int(seed) for seed in args.seeds.split(",")]

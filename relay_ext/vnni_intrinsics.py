@@ -14,8 +14,8 @@ over 4 byte pairs ``a[k] (u8) * b[i, k] (s8)`` added to ``acc[i]``::
             C[i] += int32(A[k]) * int32(B[i, k])
 
 :func:`install` registers both again with byte-vector operands (only when LLVM is 22 or newer;
-older LLVMs take TVM's own). It is idempotent and is called on import of
-:mod:`relay_ext.tuning` and :mod:`relay_ext.accuracy`, before anything is tuned or built.
+older LLVMs take TVM's own). It is idempotent; :mod:`relay_ext.tuning` calls it on import and
+:func:`relay_ext.accuracy.build_untuned` before it builds.
 """
 
 from __future__ import annotations
