@@ -213,7 +213,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", default=None,
                         help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS): "
-                             "AVX-512 without VNNI on this machine)")
+                             "-mcpu=cascadelake on this VNNI machine)")
     parser.add_argument("--seeds", default="0",
                         help="comma-separated seeds; each variant is tuned once per seed")
     parser.add_argument("--search-threads", type=int, default=1,
