@@ -1,0 +1,224 @@
+"""LLVM targets for this machine: chosen and checked from the CPU features the OS enables.
+
+The name LLVM gives the host CPU says little about what it can execute: a virtual machine on an
+AMD EPYC reports ``znver4`` (whose LLVM feature list includes AVX-512 VNNI) while its kernel
+exposes only AVX2, and code built for ``-mcpu=znver4`` or ``cascadelake`` dies there with SIGILL.
+What counts is what the OS enables: on Linux the ``flags`` line of ``/proc/cpuinfo`` (the kernel
+clears a flag whose register state it does not save, such as AVX-512 under a hypervisor that
+hides it).
+
+    flags = host_cpu_flags()                  # frozenset of /proc/cpuinfo flags, None off Linux
+    best_mcpu(flags)                          # "cascadelake" / "skylake-avx512" / "core-avx2" / None
+    host_llvm_target(2)                       # Target("llvm -mcpu=... -num-cores 2")
+    check_runs_here("llvm -mcpu=cascadelake") # TargetNotRunnable naming the missing features
+
+Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
+``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import platform
+from pathlib import Path
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+
+from tvm.target import Target, codegen
+
+logger = logging.getLogger(__name__)
+
+TargetLike = Union[str, Target]
+CPUINFO = Path("/proc/cpuinfo")
+
+# The -mcpu picked for this host, best first: the first whose features the OS enables all of
+# (names as /proc/cpuinfo spells them). TVM's x86 schedules and MetaSchedule's x86 rules key on
+# these: VNNI dot products (cascadelake), AVX-512 (skylake-avx512), AVX2 + FMA (core-avx2).
+MCPU_LADDER: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("cascadelake", ("avx512f", "avx512bw", "avx512_vnni")),
+    ("skylake-avx512", ("avx512f", "avx512bw")),
+    ("core-avx2", ("avx2", "fma")),
+)
+
+# LLVM's name of an instruction-set feature -> the /proc/cpuinfo flag of the same feature. Only
+# features that change which instructions code may contain; LLVM's tuning flags (prefer-256-bit,
+# fast-gather ...) and features without a cpuinfo flag are not checked.
+LLVM_TO_CPUINFO = {
+    "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2", "popcnt": "popcnt",
+    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+    "lzcnt": "abm", "movbe": "movbe", "aes": "aes", "pclmul": "pclmulqdq", "sha": "sha_ni",
+    "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "adx": "adx",
+    "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512cd": "avx512cd", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512ifma": "avx512ifma", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avxvnni": "avx_vnni", "amx-tile": "amx_tile",
+    "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+}
+
+
+class TargetNotRunnable(ValueError):
+    """A target whose code this machine cannot execute (measuring it here would crash)."""
+
+
+# --- what the OS enables --------------------------------------------------------------------------
+
+
+def parse_cpu_flags(cpuinfo_text: str) -> Optional[FrozenSet[str]]:
+    """The flags of the first ``flags`` line of a /proc/cpuinfo text (None when it has none)."""
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_flags() -> Optional[FrozenSet[str]]:
+    """The CPU flags the OS enables on this machine (Linux), or None where it does not say."""
+    try:
+        return parse_cpu_flags(CPUINFO.read_text())
+    except OSError:
+        return None
+
+
+def best_mcpu(flags: Optional[Iterable[str]]) -> Optional[str]:
+    """The best ``-mcpu`` of :data:`MCPU_LADDER` whose features are all in ``flags`` (cpuinfo
+    names); None when none is, or when the flags are unknown (the conservative choice)."""
+    if flags is None:
+        return None
+    flags = set(flags)
+    for mcpu, needed in MCPU_LADDER:
+        if flags.issuperset(needed):
+            return mcpu
+    return None
+
+
+def host_llvm_target(num_cores: Optional[int] = None,
+                     flags: Optional[Iterable[str]] = None) -> Target:
+    """An llvm target this machine can execute, for its vector extensions: ``-mcpu=cascadelake``
+    with AVX-512 VNNI, ``skylake-avx512`` with AVX-512 (BW) only, ``core-avx2`` with AVX2 and FMA,
+    else plain llvm (generic x86-64; int8 code ~25x slower). ``flags`` defaults to
+    :func:`host_cpu_flags`; off x86 or where the OS does not list its flags, plain llvm.
+
+    VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
+    ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TVM's *untuned* VNNI schedules are slower
+    than its AVX-512 ones (33 ms against 17 ms), so for an untuned build pass
+    ``-mcpu=skylake-avx512`` yourself."""
+    return Target(host_target_text(num_cores, flags))
+
+
+def host_target_text(num_cores: Optional[int] = None,
+                     flags: Optional[Iterable[str]] = None) -> str:
+    """:func:`host_llvm_target` as the short string a person types: ``llvm -mcpu=X -num-cores N``."""
+    if flags is None:
+        flags = host_cpu_flags() if _host_is_x86() else None
+    mcpu = best_mcpu(flags)
+    return f"llvm{f' -mcpu={mcpu}' if mcpu else ''} -num-cores {int(num_cores or _physical_cores())}"
+
+
+# --- checking a target ---------------------------------------------------------------------------
+
+
+def as_target(target: TargetLike) -> Target:
+    """``target`` as a Target; a string TVM cannot parse is a ValueError with TVM's reason."""
+    from meta_rules.rule_sets import as_target as parse  # pylint: disable=import-outside-toplevel
+
+    return parse(target)
+
+
+def normalize_target(target: TargetLike) -> Target:
+    """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
+    itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
+    gets this machine's physical cores (MetaSchedule's CPU rules need the core count)."""
+    target = as_target(target)
+    if target.kind.name != "llvm":
+        return target
+    check_known_mcpu(target)
+    if "num-cores" not in target.attrs:
+        config = dict(target.export())
+        config["num-cores"] = _physical_cores()
+        target = Target(config, host=target.host)
+    return target
+
+
+def check_known_mcpu(target: Target) -> None:
+    """ValueError when ``target``'s ``-mcpu`` is not a CPU that LLVM knows for its triple."""
+    mcpu = target.attrs.get("mcpu")
+    if not mcpu:
+        return
+    known = _known_cpus(str(target.attrs.get("mtriple", "")))
+    if known and str(mcpu) not in known:
+        examples = [c for c in ("cascadelake", "skylake-avx512", "core-avx2") if c in known]
+        raise ValueError(
+            f"LLVM {codegen.llvm_version_major()} does not know -mcpu={mcpu}; use one of its CPU "
+            f"names ({', '.join(examples or sorted(known)[:5])}, ...), or '{host_target_text()}' "
+            "for this machine")
+
+
+def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) -> List[str]:
+    """The instruction-set features ``target``'s code may use that the OS of this machine does
+    not enable, by LLVM name (empty when it can run here, or when the host's flags are unknown)."""
+    target = as_target(target)
+    if flags is None:
+        flags = host_cpu_flags()
+    if flags is None or target.kind.name != "llvm" or not _is_x86(target):
+        return []
+    check_known_mcpu(target)
+    flags = set(flags)
+    wanted = codegen.llvm_get_cpu_features(target)
+    return sorted(f for f in wanted if f in LLVM_TO_CPUINFO and LLVM_TO_CPUINFO[f] not in flags)
+
+
+def check_runs_here(target: TargetLike, flags: Optional[Iterable[str]] = None) -> None:
+    """Raise :class:`TargetNotRunnable` when code built for ``target`` cannot execute on this
+    machine: an llvm target for another architecture, or one that uses instruction-set features
+    the OS does not enable. Call it before measuring or running locally; a target that describes
+    remote devices (RPC) is not this machine's business."""
+    target = as_target(target)
+    if target.kind.name != "llvm":
+        raise TargetNotRunnable(f"target {target} is not a CPU target; this machine runs only llvm "
+                                "targets (measure others on their devices with --rpc)")
+    if _host_is_x86() and not _is_x86(target):
+        raise TargetNotRunnable(f"target {target} builds for {target.attrs.get('mtriple')}, and "
+                                f"this machine is {platform.machine()}; measure it with --rpc")
+    missing = missing_features(target, flags)
+    if missing:
+        raise TargetNotRunnable(
+            f"this machine cannot run code for {target}: its OS does not enable "
+            f"{', '.join(missing)}; use --target '{host_target_text(_num_cores_of(target), flags)}' "
+            "here, or measure on a machine that has them with --rpc")
+
+
+def is_generic_x86(target: Target) -> bool:
+    """An x86 llvm target without ``-mcpu``: TVM compiles it for generic x86-64 (no AVX)."""
+    return target.kind.name == "llvm" and "mcpu" not in target.attrs and _is_x86(target)
+
+
+# --- small helpers -------------------------------------------------------------------------------
+
+
+def _is_x86(target: Target) -> bool:
+    # TVM fills in the host's triple for an llvm target that names none.
+    return str(target.attrs.get("mtriple", "x86_64")).startswith(("x86_64", "i686", "i386"))
+
+
+def _host_is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def _num_cores_of(target: Target) -> Optional[int]:
+    cores = target.attrs.get("num-cores")
+    return int(cores) if cores is not None else None
+
+
+def _physical_cores() -> int:
+    from tvm.meta_schedule.utils import cpu_count  # pylint: disable=import-outside-toplevel
+
+    return int(cpu_count(logical=False))
+
+
+@functools.lru_cache(maxsize=None)
+def _known_cpus(mtriple: str) -> FrozenSet[str]:
+    probe = Target(f"llvm -mtriple={mtriple}") if mtriple else Target("llvm")
+    return frozenset(str(c) for c in codegen.llvm_get_cpu_archlist(probe))

@@ -1,0 +1,115 @@
+"""Host targets from the CPU flags the OS enables; targets this machine cannot run are refused."""
+
+import pytest
+from tvm.target import Target
+
+from relay_ext import cli, targets
+from helpers import one_error_line
+
+# Flag sets as /proc/cpuinfo spells them. AMD_AVX2_VM is a 2-core AMD EPYC virtual machine whose
+# kernel exposes AVX2 but no AVX-512 (LLVM still names its CPU znver4).
+BASE = ("fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt pclmulqdq aes movbe xsave avx f16c abm "
+        "bmi1 bmi2 adx sha_ni rdrand rdseed").split()
+AMD_AVX2_VM = frozenset(BASE + ["avx2", "fma", "vaes", "vpclmulqdq", "clzero"])
+SKYLAKE_SERVER = frozenset(BASE + "avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl".split())
+VNNI_SERVER = SKYLAKE_SERVER | {"avx512_vnni"}
+SSE_ONLY = frozenset("fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt".split())
+
+
+@pytest.mark.parametrize("flags, mcpu", [
+    (VNNI_SERVER, "cascadelake"),
+    (SKYLAKE_SERVER, "skylake-avx512"),
+    (AMD_AVX2_VM, "core-avx2"),
+    (frozenset(BASE + ["avx2"]), None),  # AVX2 without FMA: not core-avx2
+    (frozenset(BASE + ["avx512f", "avx512_vnni", "avx2", "fma"]), "core-avx2"),  # no avx512bw
+    (SSE_ONLY, None),
+    (None, None),  # an OS that does not list its flags: the conservative choice
+])
+def test_best_mcpu_from_the_flags_the_os_enables(flags, mcpu):
+    assert targets.best_mcpu(flags) == mcpu
+    if flags is not None:  # None asks host_llvm_target for this host's own flags
+        target = targets.host_llvm_target(2, flags=flags)
+        assert target.attrs.get("mcpu") == mcpu and int(target.attrs["num-cores"]) == 2
+
+
+def test_an_os_that_does_not_list_its_flags_gets_plain_llvm(monkeypatch):
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: None)
+    assert "mcpu" not in targets.host_llvm_target(2).attrs
+    targets.check_runs_here("llvm -mcpu=cascadelake")  # unknown flags: nothing to refuse on
+
+
+def test_parse_cpu_flags_reads_the_first_flags_line():
+    text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 fma\n\n"
+            "processor\t: 1\nflags\t\t: fpu sse\n")
+    assert targets.parse_cpu_flags(text) == {"fpu", "avx2", "fma"}
+    assert targets.parse_cpu_flags("processor\t: 0\n") is None
+
+
+def test_llvm_names_the_cpu_znver4_but_the_os_exposes_only_avx2():
+    # LLVM's feature list for znver4 includes AVX-512 VNNI; the OS's flags decide.
+    znver4 = Target("llvm -mcpu=znver4 -num-cores 2")
+    missing = targets.missing_features(znver4, AMD_AVX2_VM)
+    assert {"avx512f", "avx512bw", "avx512vnni"} <= set(missing)
+    with pytest.raises(targets.TargetNotRunnable, match="avx512f") as refused:
+        targets.check_runs_here(znver4, AMD_AVX2_VM)
+    assert "-mcpu=core-avx2 -num-cores 2" in str(refused.value)
+    assert targets.host_llvm_target(2, flags=AMD_AVX2_VM).attrs["mcpu"] == "core-avx2"
+    targets.check_runs_here("llvm -mcpu=core-avx2 -num-cores 2", AMD_AVX2_VM)  # no error
+
+
+def test_mattr_features_count_and_other_architectures_are_refused():
+    with pytest.raises(targets.TargetNotRunnable, match="avx512f"):
+        targets.check_runs_here("llvm -mcpu=core-avx2 -mattr=+avx512f", AMD_AVX2_VM)
+    with pytest.raises(targets.TargetNotRunnable, match="aarch64"):
+        targets.check_runs_here("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
+    with pytest.raises(targets.TargetNotRunnable, match="not a CPU target"):
+        targets.check_runs_here("nvidia/nvidia-a100")
+
+
+def test_this_hosts_own_target_runs_here():
+    targets.check_runs_here(targets.host_llvm_target(2))
+
+
+def test_an_mcpu_llvm_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="does not know -mcpu=bogus"):
+        targets.normalize_target("llvm -mcpu=bogus")
+    assert targets.normalize_target("llvm -mcpu=core-avx2").attrs["mcpu"] == "core-avx2"
+
+
+# --- the command line -------------------------------------------------------------------------
+
+TINY = ["--model", "tiny_resnet", "--image-size", "16"]
+
+
+@pytest.fixture
+def avx2_host(monkeypatch):
+    """This process believes its OS enables the flags of an AVX2-only AMD virtual machine."""
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: AMD_AVX2_VM)
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_tune_and_bench_refuse_a_target_this_host_cannot_run(avx2_host, command, tmp_path, capsys):
+    args = [command, *TINY, "--target", "llvm -mcpu=cascadelake -num-cores 2",
+            "--work-dir", str(tmp_path)]
+    if command == "tune":
+        args += ["--trials", "4"]
+    else:
+        (tmp_path / "database_tuning_record.json").write_text("")
+    assert cli.main(args) == cli.EXIT_BAD_INPUT
+    line = one_error_line(capsys, "avx512f", "avx512vnni", "--target 'llvm -mcpu=core-avx2")
+    assert "cannot run" in line
+    assert not (tmp_path / "logs").exists()  # refused before anything was built
+
+
+def test_unknown_mcpu_is_bad_input_not_log_lines(capsys):
+    assert cli.main(["fusion", *TINY, "--target", "llvm -mcpu=bogus"]) == cli.EXIT_BAD_INPUT
+    one_error_line(capsys, "-mcpu=bogus", "for this machine")
+
+
+def test_generic_llvm_warning_names_this_hosts_target(avx2_host, caplog):
+    with caplog.at_level("WARNING", logger="quantfuse"):
+        cli._warn_if_generic_llvm("llvm", Target("llvm -num-cores 2"))
+        cli._warn_if_generic_llvm("llvm -mcpu=core-avx2", Target("llvm -mcpu=core-avx2"))
+    assert len(caplog.records) == 1, caplog.records
+    assert "no -mcpu" in caplog.records[0].getMessage()
+    assert "llvm -mcpu=core-avx2" in caplog.records[0].getMessage()
