@@ -29,6 +29,7 @@ from tvm.meta_schedule.utils import derived_object
 from tvm.tir import Schedule
 
 from .inline_constant_blocks import InlineConstantBlocks
+from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +71,6 @@ def drop_candidates(rules: Sequence[ms.ScheduleRule]) -> List[int]:
     """Indices of rules worth leaving out, tensor-core tiling first, in rule order otherwise."""
     order = [i for i, r in enumerate(rules) if not _is_first_in_line(r)]
     return sorted(order, key=lambda i: not isinstance(rules[i], ms.schedule_rule.MultiLevelTilingTensorCore))
-
-
-def _error_line(err: Exception) -> str:
-    """The sentence of a TVM error that says what went wrong, without the C++ frames."""
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    for prefix in ("Error message:", "ScheduleError:"):
-        for line in lines:
-            if line.startswith(prefix):
-                return line[:300]
-    return lines[-1][:300] if lines else type(err).__name__
 
 
 @derived_object
@@ -134,9 +125,9 @@ class ResilientPostOrderApply(PySpaceGenerator):
         if self._config is not None:
             try:
                 return self._generate(mod, *self._config)
-            except tvm.TVMError as err:
+            except Exception as err:  # noqa: BLE001 - TVM raises ValueError, IndexError ... too
                 logger.warning("%s: the configuration that worked before failed: %s",
-                               self._task_name, _error_line(err))
+                               self._task_name, tvm_error_message(err))
         everything = tuple(range(len(self.sch_rules)))
         seeds = self._seeds()
         failures: List[str] = []
@@ -146,9 +137,9 @@ class ResilientPostOrderApply(PySpaceGenerator):
         for n, (seed, keep, dropped) in enumerate(attempts):
             try:
                 spaces = self._generate(mod, seed, keep)
-            except tvm.TVMError as err:
+            except Exception as err:  # noqa: BLE001 - TVM raises ValueError, IndexError ... too
                 failures.append(f"rand_state {seed}"
-                                + (f" without {dropped}" if dropped else "") + f": {_error_line(err)}")
+                                + (f" without {dropped}" if dropped else "") + f": {tvm_error_message(err)}")
                 continue
             status = "ok" if n == 0 else ("rule dropped" if dropped else "reseeded")
             self.outcome = GenerationOutcome(status, seed, dropped, failures)

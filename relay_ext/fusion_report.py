@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
+from tvm import meta_schedule as ms
 from tvm import tir
 
 import meta_rules
 from meta_rules import fusion
+from meta_rules.resilient_space_generator import (
+    DesignSpaceGenerationError,
+    GenerationOutcome,
+    ResilientPostOrderApply,
+)
 from meta_rules.rule_sets import TargetLike, check_variant
 
 from .tuning import extract_tasks, normalize_target
@@ -33,6 +39,8 @@ class VariantResult:
     bytes: int                  # max over design spaces: sum of buffer bytes x 2 (write + read)
     buffers: List[str]          # the buffers of the space with the most intermediates
     spaces: int                 # number of design spaces generated
+    generation: str = "ok"      # how the spaces were generated (ResilientPostOrderApply's outcome)
+    failed: Optional[str] = None  # TVM's reason when no design space could be generated
 
 
 @dataclasses.dataclass
@@ -51,12 +59,14 @@ class FusionReport:
 
     @property
     def totals(self) -> Dict[str, Dict[str, int]]:
-        """Per variant: intermediates and bytes summed over tasks, and tasks with any intermediate."""
+        """Per variant: intermediates and bytes summed over the tasks whose design spaces were
+        generated, the tasks with any intermediate, and the tasks that failed (counted apart)."""
         return {
             v: {
                 "intermediates": sum(t.variants[v].intermediates for t in self.tasks),
                 "bytes": sum(t.variants[v].bytes for t in self.tasks),
                 "tasks_with_intermediates": sum(t.variants[v].intermediates > 0 for t in self.tasks),
+                "tasks_failed": sum(t.variants[v].failed is not None for t in self.tasks),
             }
             for v in self.variants
         }
@@ -91,7 +101,10 @@ def fusion_report(
 
     Tasks are extracted under each variant (its TE->TIR converter decides how Relay's constants
     reach the TIR) and paired by position (the task list is the same); each variant's design
-    spaces are generated for its own TIR.
+    spaces are generated for its own TIR, as a tune generates them
+    (:class:`ResilientPostOrderApply`: other random states, then without the failing rule). A
+    task whose spaces cannot be generated at all is reported as failed with TVM's reason, and the
+    report goes on with the other tasks.
     """
     variants = [check_variant(v) for v in variants]
     target = normalize_target(target)
@@ -106,7 +119,11 @@ def fusion_report(
         results = {}
         for variant in variants:
             task_mod = per_variant[variant][index].dispatched[0]
-            spaces = fusion.design_spaces(task_mod, target, variant, rand_state=rand_state)
+            spaces, outcome = _design_spaces(task_mod, target, variant, rand_state, task.task_name)
+            if spaces is None:
+                results[variant] = VariantResult(0, 0, [], 0, outcome.describe(),
+                                                 failed=_first_reason(outcome))
+                continue
             per_space = []
             for space in spaces:
                 names = fusion.global_intermediates(space.mod)
@@ -118,10 +135,30 @@ def fusion_report(
                 bytes=max((p[1] for p in per_space), default=0),
                 buffers=sorted(worst[0]),
                 spaces=len(spaces),
+                generation=outcome.describe(),
             )
         rows.append(TaskFusion(task.task_name, anchor_op(task.dispatched[0], task.task_name),
                                float(task.weight), results))
     return FusionReport(str(target), variants, rows)
+
+
+def _design_spaces(mod: tvm.IRModule, target: tvm.target.Target, variant: str, rand_state: int,
+                   task_name: str) -> Tuple[Optional[List[tir.Schedule]], GenerationOutcome]:
+    """The task's design spaces under ``variant`` as a tune generates them (None when every
+    attempt failed), with how they were generated."""
+    space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))
+    context = ms.TuneContext(mod=mod, target=target, space_generator=space,
+                             rand_state=rand_state, task_name=task_name)
+    try:
+        return list(context.generate_design_space()), space.outcome
+    except DesignSpaceGenerationError:
+        return None, space.outcome
+
+
+def _first_reason(outcome: GenerationOutcome) -> str:
+    """TVM's reason of the first failed attempt, without the attempt's random state."""
+    first = outcome.failures[0] if outcome.failures else "no design space"
+    return first.split(": ", 1)[1] if first.startswith("rand_state ") and ": " in first else first
 
 
 # Relay ops a fused task is named after (``fused_nn_<op>_...``), longest first.
