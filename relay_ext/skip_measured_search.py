@@ -15,9 +15,15 @@ MetaSchedule's ``AddToDatabase`` stores it.
     strategy = SkipMeasuredSearch(ms.search_strategy.EvolutionarySearch(), budget)
     context = ms.TuneContext(mod=..., search_strategy=strategy, ...)
 
-The optional :class:`TrialBudget` is shared by the tasks of one tune: MetaSchedule checks its
-global budget only before a batch, so its last batch can overshoot by up to a batch size; cutting
-the batch to what is left makes ``max_trials`` exact.
+The optional :class:`TrialBudget` is shared by the tasks of one tune. It does two things:
+
+* it makes ``max_trials`` exact: MetaSchedule checks its global budget only before a batch, so its
+  last batch can overshoot by up to a batch size; batches are cut to what is left;
+* it spreads the budget over the tasks: no batch takes more than a fair share,
+  ``max(1, trials // tasks)`` in a task's first batch of the tune (the round-robin round of
+  MetaSchedule's task scheduler) and ``max(1, left // tasks)`` after it. With ``trials >= tasks``
+  every task is therefore measured before the budget runs out, instead of the first task taking a
+  whole batch of 16 out of a budget of 16.
 """
 
 from __future__ import annotations
@@ -84,13 +90,21 @@ class RecordIndex:
 
 
 class TrialBudget:
-    """Trials left to hand out, shared by the tasks of one tune."""
+    """Trials left to hand out, shared by the tasks of one tune; see the module docstring.
 
-    def __init__(self, trials: int):
-        self.left = int(trials)
+    ``tasks`` is the number of tasks sharing it (set it once the tasks are known).
+    """
 
-    def take(self, wanted: int) -> int:
-        granted = max(0, min(self.left, wanted))
+    def __init__(self, trials: int, tasks: int = 1):
+        self.total = self.left = int(trials)
+        self.tasks = max(1, int(tasks))
+
+    def share(self, first_batch: bool) -> int:
+        """The most candidates one batch of a task may take."""
+        return max(1, (self.total if first_batch else self.left) // self.tasks)
+
+    def take(self, wanted: int, first_batch: bool = False) -> int:
+        granted = max(0, min(self.left, wanted, self.share(first_batch)))
         self.left -= granted
         return granted
 
@@ -107,6 +121,7 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self.records = records or RecordIndex()
         self.known: Set[str] = set()
         self.skipped = 0
+        self.batches = 0
         self._mod: Optional[tvm.IRModule] = None
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
@@ -117,6 +132,7 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
                    cost_model=None) -> None:
         self.known = set()
         self.skipped = 0
+        self.batches = 0
         if database is not None and self._mod is not None:
             self.known = set(self.records.keys(database, self._mod))
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
@@ -133,17 +149,19 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
             candidates = self.inner.generate_measure_candidates()
             if candidates is None:
                 return None
-            fresh = []
+            fresh, keys = [], []
             for candidate in candidates:
                 key = trace_key(candidate.sch.trace)
-                if key in self.known:
+                if key in self.known or key in keys:
                     self.skipped += 1
                 else:
-                    self.known.add(key)
+                    keys.append(key)
                     fresh.append(candidate)
             if self.budget is not None:
-                fresh = fresh[:self.budget.take(len(fresh))]
+                fresh = fresh[:self.budget.take(len(fresh), first_batch=self.batches == 0)]
             if fresh:
+                self.known.update(keys[:len(fresh)])  # the ones cut off may come back later
+                self.batches += 1
                 return fresh
         return None
 

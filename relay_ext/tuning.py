@@ -26,13 +26,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import numpy as np
 import tvm
 from tvm import meta_schedule as ms
-from tvm.meta_schedule.utils import cpu_count, fork_seed
+from tvm.meta_schedule.utils import fork_seed
 from tvm.tir import tensor_intrin  # noqa: F401 - registers the intrinsics tuning records name
 
 # A tuned record of a tensorized candidate (x86 AVX-512 ``dot_16x4_avx512``, CUDA tensor cores)
 # names its TensorIntrin; loading a JSONDatabase replays every record, and fails on a name that
 # is not registered. Importing ``tvm.tir.tensor_intrin`` registers them all.
-from tvm.target import Target
 
 import meta_rules
 from meta_rules.resilient_space_generator import (
@@ -40,11 +39,12 @@ from meta_rules.resilient_space_generator import (
     GenerationOutcome,
     ResilientPostOrderApply,
 )
-from meta_rules.rule_sets import TargetLike, as_target, check_variant
+from meta_rules.rule_sets import TargetLike, check_variant
 
 from .executing import copy_module, run_module  # noqa: F401 - run_module is part of the flow
 from . import vnni_intrinsics
 from .config import build_candidate, pass_config
+from .targets import check_runs_here, host_llvm_target, normalize_target  # noqa: F401
 from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
 from .tuning_progress import ProgressSnapshot, TuningProgress, valid_run_secs
 
@@ -58,43 +58,6 @@ StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
 # TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
 # a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
 vnni_intrinsics.install()
-
-
-def host_llvm_target(num_cores: Optional[int] = None) -> Target:
-    """An llvm target for this machine's vector extensions: ``-mcpu=cascadelake`` on an AVX-512
-    VNNI CPU, ``skylake-avx512`` on one with AVX-512 (BW) only, ``core-avx2`` on an AVX2 CPU, else
-    plain llvm (generic x86-64, whose int8 code is ~25x slower: int8 ResNet-18 untuned 530 ms
-    against 19 ms with AVX-512 here).
-
-    VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
-    ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TVM's *untuned* VNNI schedules are slower
-    than its AVX-512 ones (33 ms against 17 ms), so for an untuned build pass
-    ``-mcpu=skylake-avx512`` yourself."""
-    from tvm.target import codegen  # pylint: disable=import-outside-toplevel
-
-    host = Target(f"llvm -mcpu={codegen.llvm_get_system_cpu()}")
-    if codegen.target_has_features(["avx512f", "avx512bw", "avx512vnni"], host):
-        mcpu = " -mcpu=cascadelake"
-    elif codegen.target_has_features(["avx512f", "avx512bw"], host):
-        mcpu = " -mcpu=skylake-avx512"
-    elif codegen.target_has_features("avx2", host):
-        mcpu = " -mcpu=core-avx2"
-    else:
-        mcpu = ""
-    cores = num_cores or cpu_count(logical=False)
-    return Target(f"llvm{mcpu} -num-cores {int(cores)}")
-
-
-def normalize_target(target: TargetLike) -> Target:
-    """``target`` as a Target; an llvm target without ``-num-cores`` gets this machine's physical
-    cores (MetaSchedule's CPU rules need the core count; TVM refuses to guess it).
-    """
-    target = as_target(target)
-    if target.kind.name == "llvm" and "num-cores" not in target.attrs:
-        config = dict(target.export())
-        config["num-cores"] = cpu_count(logical=False)
-        target = Target(config, host=target.host)
-    return target
 
 
 def extract_tasks(
@@ -284,6 +247,9 @@ def tune(
     if int(num_trials_per_iter) <= 0:
         raise ValueError(f"num_trials_per_iter must be positive, got {num_trials_per_iter}")
     target = normalize_target(target)
+    runner = make_runner(runner)
+    if _measured_here(runner):
+        check_runs_here(target)  # before anything is built: code this CPU cannot run kills runs
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
@@ -294,8 +260,12 @@ def tune(
                                                num_tuning_cores=num_tuning_cores,
                                                strategy=strategy, budget=budget,
                                                record_index=index)
+    budget.tasks = max(1, len(contexts))
     known = recorded_counts_and_best(database, contexts, index)
-    order = sorted(range(len(contexts)), key=lambda i: known[i][0])  # fewest records first
+    # Fewest records first; among equals the tasks that cost the model most (weight x FLOPs), so a
+    # budget smaller than the task count goes where it matters.
+    cost = [w * _flops(c.mod) for c, w in zip(contexts, weights)]
+    order = sorted(range(len(contexts)), key=lambda i: (known[i][0], -cost[i], i))
     contexts, weights = [contexts[i] for i in order], [weights[i] for i in order]
     known = [known[i] for i in order]
     summary = {
@@ -305,7 +275,6 @@ def tune(
         "num_trials_per_iter": int(num_trials_per_iter),
         "seed": seed,
         "tasks": [dataclasses.asdict(r) for r in reports],
-        "left_to_default_schedule": [r.name for r in reports if not r.tuned],
         "records_before": records_before,
     }
     guard = _InterruptGuard(budget)
@@ -316,7 +285,7 @@ def tune(
                 tasks=[c.task_name for c in contexts], weights=weights,
                 best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
                 report=progress)
-            with guard.installed(), numpy_seeded(seed):
+            with guard.installed(), numpy_seeded(seed), runner_threads(target):
                 try:
                     ms.tune_tasks(
                         tasks=contexts,
@@ -326,7 +295,7 @@ def tune(
                         max_trials_per_task=max_trials_per_task,
                         num_trials_per_iter=int(num_trials_per_iter),
                         builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
-                        runner=make_runner(runner),
+                        runner=runner,
                         database=database,
                         task_scheduler=ms.task_scheduler.GradientBased(
                             seed=-1 if seed is None else int(seed)),
@@ -340,14 +309,57 @@ def tune(
     finally:  # also on Ctrl-C: the summary says what the work dir holds
         summary["records"] = len(database)
         summary["interrupted"] = bool(guard.pressed)
+        _add_measured(summary, reports, contexts, database)
         (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     if guard.pressed:
         raise TuningInterrupted()
     untuned = summary["left_to_default_schedule"]
-    logger.info("tuned %d of %d tasks (%d records, %d new)%s", len(contexts), len(reports),
-                len(database), len(database) - records_before,
+    logger.info("%d of %d tasks have a valid measurement (%d records, %d new)%s",
+                summary["tasks_measured"], len(reports), len(database),
+                len(database) - records_before,
                 f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
     return database
+
+
+def _add_measured(summary: Dict, reports: Sequence[TaskReport],
+                  contexts: Sequence[ms.TuneContext], database: ms.Database) -> None:
+    """Mark in ``summary`` which tasks have a valid measurement in ``database``; every other task
+    (design spaces failed, or every candidate failed or none was measured) is compiled with TVM's
+    default schedule."""
+    best = dict(zip((c.task_name for c in contexts), recorded_counts_and_best(database, contexts)))
+    for task in summary["tasks"]:
+        task["measured"] = best.get(task["name"], (0, None))[1] is not None
+    summary["tasks_measured"] = sum(task["measured"] for task in summary["tasks"])
+    summary["left_to_default_schedule"] = [t["name"] for t in summary["tasks"] if not t["measured"]]
+    summary["design_space_failed"] = [r.name for r in reports if not r.tuned]
+
+
+def _flops(mod: tvm.IRModule) -> float:
+    try:
+        return float(tvm.tir.analysis.estimate_tir_flops(mod))
+    except tvm.TVMError:  # an op TVM cannot count: treat the task as cheap
+        return 0.0
+
+
+def _measured_here(runner: ms.runner.Runner) -> bool:
+    """Candidates run on this machine (MetaSchedule's LocalRunner), not on RPC devices."""
+    return isinstance(runner, ms.runner.LocalRunner)
+
+
+@contextlib.contextmanager
+def runner_threads(target: tvm.target.Target):
+    """While tuning: MetaSchedule's local runner processes run candidates on ``-num-cores``
+    threads (TVM's thread pool reads ``TVM_NUM_THREADS`` when a process starts it; left alone it
+    uses half the logical CPUs, one thread on a 2-CPU machine). A value the user set is kept."""
+    cores = target.attrs.get("num-cores")
+    if cores is None or "TVM_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["TVM_NUM_THREADS"] = str(int(cores))
+    try:
+        yield
+    finally:
+        os.environ.pop("TVM_NUM_THREADS", None)
 
 
 @contextlib.contextmanager

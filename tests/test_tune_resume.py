@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import tvm
 from tvm import meta_schedule as ms
 
 from relay_ext import cli, models
@@ -35,19 +36,25 @@ def _records_per_task(database, tasks):
 
 def test_resume_measures_new_candidates_and_least_tuned_tasks_first(tiny, tmp_path):
     tasks = extract_tasks(tiny.mod, tiny.params, LLVM, "ours")
+    assert len(tasks) == 8
     first_snapshots, second_snapshots = [], []
-    kwargs = dict(max_trials=12, num_trials_per_iter=4, seed=0)
 
+    # 5 trials for 8 tasks: one candidate each for the 5 tasks that cost the model most.
     database = tune(tiny.mod, tiny.params, LLVM, tmp_path, strategy=small_search(),
-                    progress=first_snapshots.append, **kwargs)
-    assert len(database) == 12  # the budget is exact: MetaSchedule alone overshoots by a batch
+                    progress=first_snapshots.append, max_trials=5, num_trials_per_iter=4, seed=0)
+    assert len(database) == 5  # the budget is exact: MetaSchedule alone overshoots by a batch
     after_first = {name: len(r) for name, r in _records_per_task(database, tasks).items()}
     untouched = {name for name, n in after_first.items() if n == 0}
-    assert untouched, "12 trials should not reach every task of tiny_resnet"
+    assert sorted(after_first.values()) == [0, 0, 0, 1, 1, 1, 1, 1], after_first
+    cost = {t.task_name: t.weight * tvm.tir.analysis.estimate_tir_flops(t.dispatched[0])
+            for t in tasks}
+    assert max(cost[name] for name in untouched) <= min(
+        cost[name] for name in after_first if name not in untouched), cost
 
     database = tune(tiny.mod, tiny.params, LLVM, tmp_path, strategy=small_search(),
-                    progress=second_snapshots.append, **kwargs)
-    assert len(database) == 24
+                    progress=second_snapshots.append, max_trials=10, num_trials_per_iter=4,
+                    seed=0)
+    assert len(database) == 15
     per_task = _records_per_task(database, tasks)
     for name, records in per_task.items():
         keys = [trace_key(r.trace) for r in records]
@@ -58,14 +65,14 @@ def test_resume_measures_new_candidates_and_least_tuned_tasks_first(tiny, tmp_pa
     assert all(len(per_task[name]) > 0 for name in untouched)
 
     # Progress: records already there count, one snapshot per batch, the total is the work dir's.
-    assert first_snapshots[-1].trials_done == 12 and first_snapshots[-1].trials_total == 12
-    assert second_snapshots[0].trials_total == 24 and second_snapshots[-1].trials_done == 24
+    assert first_snapshots[-1].trials_done == 5 and first_snapshots[-1].trials_total == 5
+    assert second_snapshots[0].trials_total == 15 and second_snapshots[-1].trials_done == 15
     done = [s.trials_done for s in first_snapshots + second_snapshots]
     assert done == sorted(done) and len(set(done)) == len(done)
     final = second_snapshots[-1]
     assert final.tasks_measured == final.tasks_total == len(tasks)
     assert final.estimated_latency_s is not None and 0 < final.estimated_latency_s < 1
-    assert "trials 24/24" in describe(final) and " ms" in describe(final)
+    assert "trials 15/15" in describe(final) and " ms" in describe(final)
     assert first_snapshots[0].estimated_latency_s is None  # not every task measured yet
 
 
