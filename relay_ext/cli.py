@@ -133,15 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _target(text: str, variant: str = "ours"):
+    """--target, parsed and checked (an -mcpu LLVM does not know, a target without MetaSchedule
+    defaults: BadInput); an llvm target gets its -num-cores."""
     import meta_rules
-    from meta_rules.rule_sets import as_target
+    from relay_ext.targets import normalize_target
 
     try:
-        target = as_target(text)
+        target = normalize_target(text)
         meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
     except ValueError as error:
-        raise BadInput(f"{error}; examples: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100") from None
+        examples = "" if "for this machine" in str(error) else \
+            "; examples: llvm -mcpu=core-avx2, nvidia/nvidia-a100"
+        raise BadInput(f"{error}{examples}") from None
     return target
+
+
+def _check_runs_here(target) -> None:
+    """Measuring here: refuse a target whose code this machine cannot execute (BadInput)."""
+    from relay_ext.targets import TargetNotRunnable, check_runs_here
+
+    try:
+        check_runs_here(target)
+    except TargetNotRunnable as error:
+        raise BadInput(str(error)) from None
 
 
 def _parse_shape(text: Optional[str]):
@@ -220,16 +234,31 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
+def failure_reasons(report) -> List[str]:
+    """TVM's reasons for the tasks whose design spaces failed, each once, in table order."""
+    reasons = [task.variants[v].failed for task in report.tasks for v in report.variants]
+    return list(dict.fromkeys(r for r in reasons if r is not None))
+
+
 def fusion_rows(report) -> List[List[str]]:
+    """The fusion table's rows; a failed task's cell points at its reason in failure_reasons."""
+    reasons = failure_reasons(report)
+
+    def cell(result) -> str:
+        if result.failed is not None:
+            return f"failed [{reasons.index(result.failed) + 1}]"
+        return f"{result.intermediates} ({_human_bytes(result.bytes)})"
+
     rows = []
     for task in report.tasks:
         rows.append([task.name if len(task.name) <= 60 else task.name[:57] + "...", task.anchor]
-                    + [f"{task.variants[v].intermediates} ({_human_bytes(task.variants[v].bytes)})"
-                       for v in report.variants])
+                    + [cell(task.variants[v]) for v in report.variants])
     totals = report.totals
     rows.append(["TOTAL", f"{len(report.tasks)} tasks"]
                 + [f"{totals[v]['intermediates']} ({_human_bytes(totals[v]['bytes'])}) in "
-                   f"{totals[v]['tasks_with_intermediates']} tasks" for v in report.variants])
+                   f"{totals[v]['tasks_with_intermediates']} tasks"
+                   + (f"; {totals[v]['tasks_failed']} failed" if totals[v]["tasks_failed"] else "")
+                   for v in report.variants])
     return rows
 
 
@@ -240,7 +269,15 @@ def _markdown(report, title: str) -> str:
              "global traffic they cost (write + read).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in fusion_rows(report)]
+    notes = _failure_notes(report)
+    if notes:
+        lines += ["", *[f"- {note}" for note in notes]]
     return "\n".join(lines) + "\n"
+
+
+def _failure_notes(report) -> List[str]:
+    return [f"[{n}] TVM could not generate design spaces (tried other random states and without "
+            f"the failing rule): {reason}" for n, reason in enumerate(failure_reasons(report), 1)]
 
 
 def cmd_fusion(args) -> int:
@@ -265,6 +302,8 @@ def cmd_fusion(args) -> int:
         print("per variant: global-memory intermediates of the worst design space (bytes of "
               "global traffic, write + read)\n")
         print_table(["task", "anchor", *report.variants], fusion_rows(report))
+        for note in _failure_notes(report):
+            print(note)
     if out is not None:
         out.write_text(_markdown(report, f"{loaded.name} ({loaded.layout})"))
         print(f"\nwrote {out}", file=sys.stderr if args.json else sys.stdout)
@@ -301,25 +340,23 @@ def _check_same_run(work_dir: Path, run: dict) -> None:
 def _checked_variant_model_target(args):
     """Check --variant and --model (BadInput naming the option), return the normalized target."""
     from meta_rules.rule_sets import check_variant
-    from relay_ext.tuning import normalize_target
 
     try:
         check_variant(args.variant)
     except ValueError as error:
         raise BadInput(f"--variant: {error}") from None
     _check_model(args)
-    return normalize_target(_target(args.target, args.variant))
+    return _target(args.target, args.variant)
 
 
 def _warn_if_generic_llvm(text: str, target) -> None:
     """Plain llvm builds for generic x86-64: say so, once every input check has passed."""
-    from relay_ext.tuning import host_llvm_target
+    from relay_ext.targets import host_target_text, is_generic_x86
 
-    x86 = str(target.attrs.get("mtriple", "x86_64")).startswith("x86_64")  # TVM adds the host's
-    if target.kind.name == "llvm" and "mcpu" not in target.attrs and x86:
+    if is_generic_x86(target):
         logger.warning("--target %r has no -mcpu: TVM compiles for generic x86-64 (no AVX2 or "
                        "AVX-512), and int8 code is ~25x slower; for this machine use --target "
-                       "'%s'", text, host_llvm_target())
+                       "'%s'", text, host_target_text())
 
 
 def _runner(rpc: Optional[str]):
@@ -375,6 +412,8 @@ def cmd_tune(args) -> int:
     from relay_ext.tuning import read_tuning_summary, tune
 
     target = _checked_variant_model_target(args)
+    if args.rpc is None:  # with --rpc the target describes the remote devices
+        _check_runs_here(target)
     runner = _runner(args.rpc)
     work_dir = _writable_dir(args.work_dir)
     try:
@@ -409,13 +448,18 @@ def cmd_tune(args) -> int:
               "loadable); run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     bar.close()
-    summary = read_tuning_summary(work_dir)
-    tuned = sum(t["tuned"] for t in summary["tasks"])
     print(f"tuned {loaded.name} on {target} ({args.variant}): {len(database)} records in "
-          f"{work_dir} (was {before['records']}); {tuned} of {len(summary['tasks'])} tasks tuned")
-    if summary["left_to_default_schedule"]:
-        print("left to TVM's default schedule: " + ", ".join(summary["left_to_default_schedule"]))
+          f"{work_dir} (was {before['records']}); {_measured_line(read_tuning_summary(work_dir))}")
     return 0
+
+
+def _measured_line(summary: dict) -> str:
+    """'9 of 10 tasks have a valid measurement; 1 left to TVM's default schedule: name'."""
+    left = summary["left_to_default_schedule"]
+    line = f"{summary['tasks_measured']} of {len(summary['tasks'])} tasks have a valid measurement"
+    if left:
+        line += f"; {len(left)} left to TVM's default schedule: {', '.join(left)}"
+    return line
 
 
 def _check_bench_run(work_dir: Path, args) -> None:
@@ -463,6 +507,8 @@ def bench(loaded, work_dir: Path, target, variant="ours", repeats=10, number=10,
           f"(mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
           f"untuned: {result.untuned_max_steps:.2f}\n")
     print_table(BenchResult.HEADER, result.rows())
+    if result.busy_warning:
+        print(f"\n{result.busy_warning}")
     paths = write_report(result, work_dir)
     print(f"\nwrote {paths['report']} and {paths['chart']}")
     return result
@@ -472,6 +518,7 @@ def cmd_bench(args) -> int:
     target = _checked_variant_model_target(args)
     if target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
+    _check_runs_here(target)
     work_dir = Path(args.work_dir)
     _open_database(work_dir)  # before the slow model load
     _check_bench_run(work_dir, args)
@@ -498,13 +545,14 @@ def cmd_demo(args) -> int:
     from relay_ext import models
     from relay_ext.demo import print_table
     from relay_ext.fusion_report import fusion_report
-    from relay_ext.tuning import extract_tasks, host_llvm_target, tune
+    from relay_ext.targets import host_llvm_target
+    from relay_ext.tuning import extract_tasks, read_tuning_summary, tune
 
     import meta_rules
 
     start = time.monotonic()
-    work_dir = _writable_dir(args.work_dir or tempfile.mkdtemp(prefix="quantfuse-demo-"))
-    llvm = host_llvm_target(os.cpu_count() or 1)  # AVX-512 / AVX2 when this CPU has them
+    work_dir = _writable_dir(args.work_dir)
+    llvm = host_llvm_target(os.cpu_count() or 1)  # the best -mcpu the OS enables the features of
     name = "tiny_resnet"
 
     def step(text):
@@ -525,7 +573,7 @@ def cmd_demo(args) -> int:
     (work_dir / RUN_FILE).write_text(json.dumps(
         {"model": name, "input_shape": None, "image_size": args.image_size, "layout": "NCHW",
          "target": str(llvm), "variant": "ours"}, indent=2))
-    print(f"{len(database)} records")
+    print(f"{len(database)} records; {_measured_line(read_tuning_summary(work_dir))}")
 
     step("compile with the tuned records, check against PyTorch, time TVM and PyTorch")
     result = bench(loaded, work_dir, llvm, "ours", repeats=10, number=10)
@@ -542,6 +590,48 @@ COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune, "bench
 # --- entry point --------------------------------------------------------------------------------
 
 
+def _with_native_log(args, command) -> int:
+    """Run ``command`` with TVM's native log lines in a file, not on the terminal: the work dir's
+    ``logs/tvm.log`` when the command has a work dir that exists at the end, else a temporary
+    file. One summary line goes to stderr (not after bad input: that stays one error line)."""
+    from relay_ext.native_log import native_log_to
+
+    captured = Path(tempfile.mkdtemp(prefix="quantfuse-log-")) / "tvm.log"
+    bad_input = False
+    try:
+        with native_log_to(captured) as log:
+            return command(args)
+    except BadInput:
+        bad_input = True
+        raise
+    finally:
+        log.path = _keep_native_log(captured, getattr(args, "work_dir", None))
+        line = None if bad_input else log.summary()
+        if line:
+            print(f"quantfuse: {line}", file=sys.stderr)
+
+
+def _keep_native_log(captured: Path, work_dir: Optional[str]) -> Path:
+    """Append the captured lines to ``work_dir/logs/tvm.log`` when the work dir exists (else keep
+    the temporary file); an empty capture is removed. Returns where the lines are."""
+    if not captured.exists() or captured.stat().st_size == 0:
+        captured.unlink(missing_ok=True)
+        captured.parent.rmdir()
+        return captured
+    if work_dir is None or not Path(work_dir).is_dir():
+        return captured
+    kept = Path(work_dir) / "logs" / captured.name
+    try:
+        kept.parent.mkdir(exist_ok=True)
+        with open(kept, "ab") as out:
+            out.write(captured.read_bytes())
+    except OSError:
+        return captured
+    captured.unlink()
+    captured.parent.rmdir()
+    return kept
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
@@ -553,7 +643,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     try:
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        if args.command == "demo" and args.work_dir is None:
+            args.work_dir = tempfile.mkdtemp(prefix="quantfuse-demo-")
+        if verbose or args.command == "models":
+            return COMMANDS[args.command](args)
+        return _with_native_log(args, COMMANDS[args.command])
     except SystemExit as exit_:  # --help
         return exit_.code if isinstance(exit_.code, int) else 0
     except BadInput as error:
@@ -567,8 +661,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as error:  # noqa: BLE001 - one line unless --verbose
         if verbose:
             traceback.print_exc()
-        line = next((ln for ln in str(error).splitlines() if ln.strip()), type(error).__name__)
-        print(f"quantfuse: failed: {type(error).__name__}: {line} (rerun with --verbose for the "
+        from meta_rules.tvm_errors import tvm_error_message
+
+        print(f"quantfuse: failed: {tvm_error_message(error)} (rerun with --verbose for the "
               "traceback)", file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -11,9 +11,10 @@ import datetime
 import os
 import platform
 import statistics
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
 import torch
@@ -65,6 +66,16 @@ class BenchResult:
     untuned_max_steps: float
     machine: str
     date: str
+    load_average: Optional[float] = None  # 1-minute load before the bench compiled anything
+
+    @property
+    def busy_warning(self) -> Optional[str]:
+        """A warning when other processes were competing for the CPU (load above the threads)."""
+        if self.load_average is None or self.load_average <= self.threads:
+            return None
+        return (f"WARNING: the load average was {self.load_average:.2f} before timing, above the "
+                f"{self.threads} thread(s) timed: other processes compete for the CPU and these "
+                "figures are not trustworthy; rerun on a quiet machine")
 
     def ratio(self, name: str, reference: str) -> float:
         """median(name) / median(reference): > 1 means ``name`` is slower."""
@@ -98,9 +109,49 @@ def machine_description() -> str:
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
 
 
-def _set_tvm_threads(threads: int) -> None:
-    # TVM's thread pool: (affinity mode 0 = big cores, number of threads).
-    tvm.get_global_func("runtime.config_threadpool")(0, int(threads))
+T = TypeVar("T")
+
+
+def with_tvm_threads(threads: int, work: Callable[[], T]) -> T:
+    """``work()`` run where TVM's CPU thread pool really has ``threads`` workers; its result.
+
+    TVM 0.19 sizes a thread's pool once, when that thread first runs parallel code, from
+    ``TVM_NUM_THREADS`` (else half the logical CPUs: one thread on a 2-CPU machine), and reads
+    the variable again before every parallel launch; ``runtime.config_threadpool(0, n)`` cannot
+    widen a pool beyond its size (measured: int8 ResNet-50 ran as fast with it as on one
+    thread). So ``work`` runs in a new thread, whose pool is created with the variable set, and
+    the variable stays set until it returns.
+    """
+    outcome: Dict[str, object] = {}
+
+    def body() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # pylint: disable=broad-except - re-raised below
+            outcome["error"] = error
+
+    previous = os.environ.get("TVM_NUM_THREADS")
+    os.environ["TVM_NUM_THREADS"] = str(int(threads))
+    try:
+        worker = threading.Thread(target=body, name=f"tvm-{threads}-threads", daemon=True)
+        worker.start()
+        worker.join()
+    finally:
+        if previous is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = previous
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["value"]  # type: ignore[return-value]
+
+
+def load_average() -> Optional[float]:
+    """The 1-minute load average (runnable processes), None where the OS does not tell."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
 
 
 def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int) -> Tuple[np.ndarray, Callable[[], float]]:
@@ -142,14 +193,12 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target = normalize_target(target)
     threads = int(threads or os.cpu_count() or 1)
+    load = load_average()  # before our own compile adds to it
     tuned_lib = compile_model(database, loaded.mod, loaded.params, target, variant)
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         untuned_lib = build_untuned(loaded.mod, loaded.params, target)
 
-    old_torch_threads = torch.get_num_threads()
-    _set_tvm_threads(threads)
-    torch.set_num_threads(threads)
-    try:
+    def timed_rounds():
         tuned_out, tuned_round = tvm_timer(tuned_lib, loaded.inputs, number)
         untuned_out, untuned_round = tvm_timer(untuned_lib, loaded.inputs, number)
         torch_round = torch_timer(loaded.torchscript, loaded.example_input, number)
@@ -158,6 +207,12 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
             tuned_s.append(tuned_round())
             untuned_s.append(untuned_round())
             torch_s.append(torch_round())
+        return tuned_out, untuned_out, tuned_s, untuned_s, torch_s
+
+    old_torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tuned_out, untuned_out, tuned_s, untuned_s, torch_s = with_tvm_threads(threads, timed_rounds)
         expected = run_torchscript(loaded.torchscript, loaded.example_input)
     finally:
         torch.set_num_threads(old_torch_threads)
@@ -170,6 +225,7 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
         torch=Timing("PyTorch int8", torch_s), max_steps=error.max_steps,
         mean_steps=error.mean_steps, fraction_equal=error.fraction_equal,
         untuned_max_steps=untuned_error.max_steps, machine=machine_description(),
+        load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
 
@@ -203,7 +259,8 @@ def report_markdown(result: BenchResult) -> str:
         f"rule set `{result.variant}`.",
         f"- {result.threads} threads for TVM and PyTorch; median of {result.repeats} repeats, "
         f"each the mean of {result.number} runs (TVM: `time_evaluator`).",
-        f"- Machine: {result.machine}. Date: {result.date}.",
+        f"- Machine: {result.machine}. Date: {result.date}. Load average before the bench: "
+        f"{'unknown' if result.load_average is None else f'{result.load_average:.2f}'}.",
         "- The model's weights are random (fixed seed) and it was calibrated on random data: the "
         "numbers measure speed and agreement with PyTorch, not accuracy on a dataset.",
         f"- TVM tuned vs PyTorch's quantized TorchScript module: max {result.max_steps:.2f} "
@@ -214,6 +271,8 @@ def report_markdown(result: BenchResult) -> str:
         "| " + " | ".join(result.HEADER) + " |", "|" + "---|" * len(result.HEADER),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if result.busy_warning:
+        lines += ["", f"**{result.busy_warning}**"]
     lines += ["", "Ratios are median / median: above 1 is slower than the column's reference.", "",
               f"![latency]({CHART_FILE})", ""]
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,6 +169,53 @@ def test_repair_of_an_empty_work_dir_is_a_no_op(tmp_path):
 # --- bad input: one line, exit code 2 ---------------------------------------------------------
 
 
+def _one_pixel_conv(path):
+    """A quantized 1x1-pixel conv + ReLU as TorchScript: in NHWC its input's layout transform
+    has no loop longer than 1, and TVM's CUDA layout-transform rule cannot schedule it."""
+    import torch
+    from torch.ao import quantization as tq
+
+    class OnePixel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = tq.QuantStub(), tq.DeQuantStub()
+            self.conv, self.relu = torch.nn.Conv2d(1, 8, 1), torch.nn.ReLU()
+
+        def forward(self, x):
+            return self.dequant(self.relu(self.conv(self.quant(x))))
+
+    torch.manual_seed(0)
+    net = OnePixel().eval()
+    net.qconfig = tq.get_default_qconfig("x86")
+    tq.fuse_modules(net, [["conv", "relu"]], inplace=True)
+    tq.prepare(net, inplace=True)
+    for _ in range(4):
+        net(torch.randn(1, 1, 1, 1))
+    tq.convert(net, inplace=True)
+    torch.jit.trace(net, torch.randn(1, 1, 1, 1)).save(str(path))
+    return path
+
+
+def test_fusion_lists_a_task_tvm_cannot_schedule_and_reports_the_others(capsys, tmp_path):
+    model = _one_pixel_conv(tmp_path / "one_pixel.pt")
+    args = ["fusion", "--model", str(model), "--input-shape", "1,1,1,1", "--layout", "NHWC",
+            "--target", A100, "--variants", "upstream,ours"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if "failed [1]" in line]
+    assert len(failed) == 1 and "layout_transform" in failed[0], out
+    assert re.search(r"nn\.conv2d\s+\d+ \(", out), out  # the conv task is still reported
+    assert re.search(r"TOTAL\s+3 tasks.*; 1 failed.*; 1 failed", out), out
+    reason = [line for line in out.splitlines() if line.startswith("[1] ")]
+    assert len(reason) == 1 and "Check failed" in reason[0] and "Traceback" not in out, out
+    assert cli.main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["totals"]["ours"]["tasks_failed"] == 1
+    failed_task = next(t for t in report["tasks"] if t["variants"]["ours"]["failed"])
+    assert "Check failed" in failed_task["variants"]["ours"]["failed"]
+    assert failed_task["variants"]["ours"]["generation"].startswith("failed after")
+
+
 def test_unknown_model_lists_the_names(capsys):
     assert cli.main(["fusion", "--model", "resnet1000", "--target", LLVM]) == 2
     one_error_line(capsys, "resnet1000", "resnet18", "tiny_resnet")
@@ -185,27 +233,6 @@ def test_vnni_cpu_fusion_report_builds_design_spaces(capsys):
                      "--variants", "ours", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["tasks"], report
-
-
-def test_host_llvm_target_is_buildable_and_uses_the_cpu(caplog):
-    from tvm.target import Target, codegen
-
-    from relay_ext.tuning import host_llvm_target
-
-    target = host_llvm_target(2)
-    assert int(target.attrs["num-cores"]) == 2
-    host = Target(f"llvm -mcpu={codegen.llvm_get_system_cpu()}")
-    if codegen.target_has_features(["avx512f", "avx512bw", "avx512vnni"], host):
-        assert target.attrs["mcpu"] == "cascadelake"
-    elif codegen.target_has_features(["avx512f", "avx512bw"], host):
-        assert target.attrs["mcpu"] == "skylake-avx512"
-    elif codegen.target_has_features("avx2", host):
-        assert target.attrs["mcpu"] == "core-avx2"
-    with caplog.at_level("WARNING", logger="quantfuse"):
-        cli._warn_if_generic_llvm("llvm", Target("llvm -num-cores 2"))
-        cli._warn_if_generic_llvm("llvm -mcpu=x", target)
-    assert len(caplog.records) == 1 and "no -mcpu" in caplog.records[0].getMessage()
-    assert str(target) in caplog.records[0].getMessage()
 
 
 @pytest.mark.parametrize("trials", ["0", "-3", "many"])

@@ -1,32 +1,38 @@
-"""quantfuse bench: TVM tuned vs untuned vs PyTorch on a tiny tuned work dir; bad input."""
+"""quantfuse bench on the shared tuned work dir (tests/conftest.py): table, report, chart, the
+load warning; bad input."""
 
+import json
 import re
 
 import pytest
 
-from relay_ext import cli
+from relay_ext import cli, latency_bench
 from relay_ext.latency_bench import CHART_FILE, REPORT_FILE
-from helpers import small_search, one_error_line
+from relay_ext.tuning import SUMMARY_FILE
+from conftest import AVX2, TINY_32, TUNED_TRIALS
+from helpers import one_error_line
 
-LLVM = "llvm -num-cores 2"
-TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 MAX_STEPS = 3
 
 
+def test_a_tune_spreads_its_budget_over_the_tasks(tiny_tuned):
+    """16 trials over tiny_resnet's 10 tasks: every task gets a candidate before any gets a
+    second one, so (almost) every task is measured; the closing line and the summary say so."""
+    work_dir, out = tiny_tuned
+    summary = json.loads((work_dir / SUMMARY_FILE).read_text())
+    assert len(summary["tasks"]) == 10 and summary["records"] == TUNED_TRIALS
+    assert summary["tasks_measured"] >= 8, summary
+    assert summary["tasks_measured"] == sum(task["measured"] for task in summary["tasks"])
+    left = summary["left_to_default_schedule"]
+    assert sorted(left) == sorted(t["name"] for t in summary["tasks"] if not t["measured"])
+    closing = f"{summary['tasks_measured']} of 10 tasks have a valid measurement"
+    assert closing in out, out
+    assert (f"{len(left)} left to TVM's default schedule" in out) == bool(left), out
 
 
-@pytest.fixture(scope="module")
-def tuned_dir(tmp_path_factory):
-    work_dir = tmp_path_factory.mktemp("bench")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "_search_strategy", small_search)
-        assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir),
-                         "--trials", "8", "--seed", "0"]) == 0
-    return work_dir
-
-
-def test_bench_writes_report_and_chart(tuned_dir, capsys):
-    assert cli.main(["bench", *TINY, "--target", LLVM, "--work-dir", str(tuned_dir),
+def test_bench_writes_report_and_chart(tiny_tuned, capsys):
+    work_dir, _ = tiny_tuned
+    assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
                      "--repeats", "3", "--number", "5", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     for label in ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "/ TVM tuned", "/ PyTorch"):
@@ -34,23 +40,37 @@ def test_bench_writes_report_and_chart(tuned_dir, capsys):
     assert re.search(r"PyTorch int8\s+[\d.]+\s+[\d.]+\s+[\d.]+x\s+1\.00x", out), out
     steps = float(re.search(r"max ([\d.]+) output quantization steps", out).group(1))
     assert steps <= MAX_STEPS, out
-    report = (tuned_dir / REPORT_FILE).read_text()
+    report = (work_dir / REPORT_FILE).read_text()
     assert "random" in report and "Machine:" in report and "| TVM untuned |" in report
-    chart = tuned_dir / CHART_FILE
+    assert "Load average before the bench" in report
+    chart = work_dir / CHART_FILE
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 1000
 
 
+def test_bench_on_a_busy_machine_warns_in_the_table_and_the_report(tiny_tuned, capsys,
+                                                                    monkeypatch):
+    work_dir, _ = tiny_tuned
+    monkeypatch.setattr(latency_bench, "load_average", lambda: 7.5)
+    assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
+                     "--repeats", "1", "--number", "1", "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "load average was 7.50" in out and "not trustworthy" in out, out
+    assert "not trustworthy" in (work_dir / REPORT_FILE).read_text()
+
+
 def test_bench_without_database_is_one_line(tmp_path, capsys):
-    assert cli.main(["bench", *TINY, "--target", LLVM, "--work-dir", str(tmp_path)]) == 2
+    assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(tmp_path)]) == 2
     one_error_line(capsys, "no tuning database", "quantfuse tune")
-    assert cli.main(["bench", *TINY, "--target", LLVM, "--work-dir", str(tmp_path / "none")]) == 2
+    assert cli.main(["bench", *TINY_32, "--target", AVX2,
+                     "--work-dir", str(tmp_path / "none")]) == 2
     one_error_line(capsys, "does not exist")
 
 
-def test_bench_refuses_another_model_than_tuned(tuned_dir, capsys):
-    assert cli.main(["bench", "--model", "tiny_resnet", "--image-size", "32", "--target", LLVM,
-                     "--work-dir", str(tuned_dir)]) == 2
-    one_error_line(capsys, "image_size 16")
+def test_bench_refuses_another_model_than_tuned(tiny_tuned, capsys):
+    work_dir, _ = tiny_tuned
+    assert cli.main(["bench", "--model", "tiny_resnet", "--image-size", "16", "--target", AVX2,
+                     "--work-dir", str(work_dir)]) == 2
+    one_error_line(capsys, "image_size 32")
 
 
 @pytest.mark.parametrize("command", ["bench", "demo"])

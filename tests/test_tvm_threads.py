@@ -1,0 +1,51 @@
+"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.latency_bench)."""
+
+import os
+
+import pytest
+import tvm
+
+from relay_ext import models, targets
+from relay_ext.accuracy import build_untuned
+from relay_ext.config import BUILD_OPTIONS
+from relay_ext.latency_bench import load_average, tvm_timer, with_tvm_threads
+from conftest import AVX2
+
+CPUS = os.cpu_count() or 1
+
+
+def _pool_size() -> int:
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+@pytest.mark.skipif(CPUS < 2, reason="one CPU: no second thread to give TVM")
+def test_the_pool_has_the_requested_threads():
+    # config_threadpool(0, 2) cannot widen a pool of one (half the logical CPUs on a 2-CPU
+    # machine); a pool created with TVM_NUM_THREADS set can.
+    assert with_tvm_threads(1, _pool_size) == 1
+    assert with_tvm_threads(2, _pool_size) == 2
+    assert "TVM_NUM_THREADS" not in os.environ or os.environ["TVM_NUM_THREADS"] != "2"
+    with pytest.raises(ZeroDivisionError):  # errors in the work come back to the caller
+        with_tvm_threads(2, lambda: 1 / 0)
+
+
+@pytest.mark.skipif(CPUS < 2, reason="one CPU: two threads cannot be faster")
+@pytest.mark.skipif(bool(targets.missing_features(AVX2)), reason=f"this host cannot run {AVX2}")
+def test_two_threads_run_a_conv_model_faster_than_one():
+    load = load_average()
+    if load is not None and load > CPUS - 0.5:
+        pytest.skip(f"load average {load:.2f} on {CPUS} CPUs: other processes take the second "
+                    "core, a speed-up cannot show")
+    model = models.load("tiny_resnet", image_size=128)
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        lib = build_untuned(model.mod, model.params, targets.normalize_target(AVX2))
+
+    def best_of_three_rounds() -> float:
+        _, one_round = tvm_timer(lib, model.inputs, number=10)
+        return min(one_round() for _ in range(3))
+
+    one, two = [], []
+    for _ in range(3):  # interleaved: a change of load hits both alike
+        one.append(with_tvm_threads(1, best_of_three_rounds))
+        two.append(with_tvm_threads(2, best_of_three_rounds))
+    assert min(two) < 0.85 * min(one), (one, two)
