@@ -39,7 +39,7 @@ from benchmarks.markdown_report import current_commit, markdown_table, write_sec
 from relay_ext import models
 from relay_ext.accuracy import build_untuned, run_torchscript, step_error
 from relay_ext.config import BUILD_OPTIONS
-from relay_ext.latency_bench import machine_description, torch_timer, tvm_timer
+from relay_ext.latency_bench import machine_description, torch_timer, tvm_timer, with_tvm_threads
 from relay_ext.tuning_progress import valid_run_secs
 from relay_ext.tuning import (
     compile_model,
@@ -81,7 +81,7 @@ def bench_model(name: str, args) -> Dict:
     budget = args.trials_per_task * n_tasks
     print(f"{name}: {n_tasks} tasks, {budget} trials per variant", flush=True)
     expected = run_torchscript(loaded.torchscript, loaded.example_input)
-    timers, tuning, steps = {}, {}, {}
+    libs, tuning = {}, {}
     for seed in args.seeds:
         for variant in VARIANTS:
             key = tuned_key(variant, seed)
@@ -94,22 +94,28 @@ def bench_model(name: str, args) -> Dict:
                            "failed": sum(valid_run_secs(r.run_secs) is None for r in records),
                            "resumed_from": tuned["resumed_from"]}
             print(f"  {key}: tuned ({tuning[key]})", flush=True)
-            lib = compile_model(tuned["database"], loaded.mod, loaded.params, target, variant)
-            output, timers[key] = tvm_timer(lib, loaded.inputs, args.number)
-            steps[key] = step_error(output, expected, loaded.output_scale).max_steps
+            libs[key] = compile_model(tuned["database"], loaded.mod, loaded.params, target,
+                                      variant)
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        untuned = build_untuned(loaded.mod, loaded.params, target)
-    output, timers["TVM untuned"] = tvm_timer(untuned, loaded.inputs, args.number)
-    steps["untuned"] = step_error(output, expected, loaded.output_scale).max_steps
-    timers["PyTorch int8"] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
-
-    tvm.get_global_func("runtime.config_threadpool")(0, args.threads)
+        libs["TVM untuned"] = build_untuned(loaded.mod, loaded.params, target)
     torch.set_num_threads(args.threads)
-    samples: Dict[str, List[float]] = {k: [] for k in timers}
     load_before = os.getloadavg()[0]  # other work on the 2 cores would skew every configuration
-    for _ in range(args.repeats):
-        for key, timer in timers.items():
-            samples[key].append(timer())
+
+    def timed_rounds():
+        # TVM's thread pool gets args.threads workers only in a fresh thread (with_tvm_threads).
+        timers, steps = {}, {}
+        for key, lib in libs.items():
+            output, timers[key] = tvm_timer(lib, loaded.inputs, args.number)
+            steps["untuned" if key == "TVM untuned" else key] = step_error(
+                output, expected, loaded.output_scale).max_steps
+        timers["PyTorch int8"] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
+        samples: Dict[str, List[float]] = {k: [] for k in timers}
+        for _ in range(args.repeats):
+            for key, timer in timers.items():
+                samples[key].append(timer())
+        return samples, steps
+
+    samples, steps = with_tvm_threads(args.threads, timed_rounds)
     ratios = {seed: ratio_summary(paired_ratios(samples, seed)) for seed in args.seeds}
     every = [r for seed in args.seeds for r in paired_ratios(samples, seed)]
     return {

@@ -25,6 +25,7 @@ from .accuracy import build_untuned, run_torchscript, step_error
 from .config import BUILD_OPTIONS
 from .executing import graph_module
 from .models import LoadedModel
+from .targets import check_runs_here
 from .tuning import compile_model, normalize_target
 
 REPORT_FILE = "report.md"
@@ -192,6 +193,7 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target="llvm",
     if loaded.output_scale is None:
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target = normalize_target(target)
+    check_runs_here(target)  # timing code this CPU cannot execute would kill the process
     threads = int(threads or os.cpu_count() or 1)
     load = load_average()  # before our own compile adds to it
     tuned_lib = compile_model(database, loaded.mod, loaded.params, target, variant)
