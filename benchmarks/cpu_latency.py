@@ -36,20 +36,22 @@ import tvm
 from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import current_commit, markdown_table, write_section
+from meta_rules import VARIANTS
 from relay_ext import models
-from relay_ext.accuracy import build_untuned, run_torchscript, step_error
-from relay_ext.config import BUILD_OPTIONS
-from relay_ext.latency_bench import machine_description, torch_timer, tvm_timer, with_tvm_threads
-from relay_ext.tuning_progress import valid_run_secs
-from relay_ext.tuning import (
-    compile_model,
-    extract_tasks,
-    host_llvm_target,
-    normalize_target,
-    tune,
+from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.lowering.targets import host_llvm_target, normalize_target
+from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
+from relay_ext.report.latency import (
+    PYTORCH,
+    UNTUNED,
+    interleaved_rounds,
+    torch_timer,
+    tvm_timer,
+    with_tvm_threads,
 )
-
-VARIANTS = ("ours", "upstream", "legacy")
+from relay_ext.report.tables import machine_description
+from relay_ext.tuning import compile_model, extract_tasks, tune
+from relay_ext.tuning.progress import valid_run_secs
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_latency.json"
 
 
@@ -97,7 +99,7 @@ def bench_model(name: str, args) -> Dict:
             libs[key] = compile_model(tuned["database"], loaded.mod, loaded.params, target,
                                       variant)
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        libs["TVM untuned"] = build_untuned(loaded.mod, loaded.params, target)
+        libs[UNTUNED] = build_untuned(loaded.mod, loaded.params, target)
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]  # other work on the 2 cores would skew every configuration
 
@@ -106,14 +108,10 @@ def bench_model(name: str, args) -> Dict:
         timers, steps = {}, {}
         for key, lib in libs.items():
             output, timers[key] = tvm_timer(lib, loaded.inputs, args.number)
-            steps["untuned" if key == "TVM untuned" else key] = step_error(
+            steps["untuned" if key == UNTUNED else key] = step_error(
                 output, expected, loaded.output_scale).max_steps
-        timers["PyTorch int8"] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
-        samples: Dict[str, List[float]] = {k: [] for k in timers}
-        for _ in range(args.repeats):
-            for key, timer in timers.items():
-                samples[key].append(timer())
-        return samples, steps
+        timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
+        return interleaved_rounds(timers, args.repeats), steps
 
     samples, steps = with_tvm_threads(args.threads, timed_rounds)
     ratios = {seed: ratio_summary(paired_ratios(samples, seed)) for seed in args.seeds}

@@ -34,7 +34,7 @@ from tvm.target import Target
 import meta_rules
 from benchmarks.markdown_report import current_commit, markdown_table, write_section
 from relay_ext import models
-from relay_ext.fusion_report import FusionReport, fusion_report
+from relay_ext.report.fusion import FusionReport, fusion_report
 
 
 def a100_with_cuda_rules() -> Target:

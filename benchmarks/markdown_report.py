@@ -12,9 +12,9 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Sequence
+from typing import List
 
-from relay_ext.latency_bench import machine_description
+from relay_ext.report.tables import machine_description, markdown_table  # noqa: F401 - re-exported
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 HEADER = (
@@ -22,12 +22,6 @@ HEADER = (
     "Each section is written by the script it names; rerun the command to refresh it.\n"
     "Weights of the models are random (fixed seed) and calibrated on random data.\n"
 )
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def current_commit() -> str:

@@ -19,7 +19,7 @@ from tvm import meta_schedule as ms
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
-from relay_ext.te_workloads import BENCHMARK_TASKS
+from meta_rules.testing.te_workloads import BENCHMARK_TASKS
 
 TASKS: Dict[str, Callable[[], tvm.IRModule]] = BENCHMARK_TASKS
 TARGETS = {

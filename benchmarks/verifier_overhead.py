@@ -24,10 +24,10 @@ from tvm import tir
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
-from meta_rules.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
+from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules.verify_lowered_gpu_code import (VerifyLoweredGPUCode, lower_for_verification,
                                                 thread_extent_rejections)
-from relay_ext.te_workloads import BENCHMARK_TASKS
+from meta_rules.testing.te_workloads import BENCHMARK_TASKS
 
 TASKS: Dict[str, Callable[[], tvm.IRModule]] = BENCHMARK_TASKS
 TARGETS = {

@@ -16,14 +16,16 @@ def tiny_tuned(tmp_path_factory):
     """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 10 tasks, seed
     0, a small search) for the tests that need a tuned work dir: bench, the budget spread, the
     closing line. Returns (work_dir, what the command printed)."""
-    from relay_ext import cli, targets
+    from relay_ext import cli
+    from relay_ext.lowering import targets
+    from relay_ext.cli import commands as cli_commands
     from helpers import small_search
 
     if targets.missing_features(AVX2):
         pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
     work_dir = tmp_path_factory.mktemp("tiny_tuned")
     with pytest.MonkeyPatch.context() as patch, _captured_stdout() as out:
-        patch.setattr(cli, "_search_strategy", small_search)
+        patch.setattr(cli_commands, "search_strategy", small_search)
         code = cli.main(["tune", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
                          "--trials", str(TUNED_TRIALS), "--seed", "0"])
     assert code == 0, out.getvalue()

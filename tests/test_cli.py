@@ -12,7 +12,8 @@ import pytest
 from tvm import meta_schedule as ms
 
 from relay_ext import cli, models
-from relay_ext.database_repair import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
+from relay_ext.cli import commands as cli_commands
+from relay_ext.tuning.work_dir import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
 from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 2"
@@ -78,7 +79,7 @@ def _record_count(work_dir):
 
 
 def test_tune_resumes_and_keeps_records(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_search_strategy", small_search)
+    monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     work_dir = tmp_path / "work"
     args = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0"]
 
@@ -227,7 +228,7 @@ def test_unparseable_target(capsys):
 
 
 def test_vnni_cpu_fusion_report_builds_design_spaces(capsys):
-    # A VNNI -mcpu used to abort the process in LLVM 22 (relay_ext.vnni_intrinsics); now TVM's
+    # A VNNI -mcpu used to abort the process in LLVM 22 (relay_ext.lowering.vnni_intrinsics); now TVM's
     # x86 VNNI rules generate their spaces and the report comes out.
     assert cli.main(["fusion", *TINY, "--target", "llvm -mcpu=cascadelake -num-cores 2",
                      "--variants", "ours", "--json"]) == 0

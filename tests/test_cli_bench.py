@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from relay_ext import cli, latency_bench
-from relay_ext.latency_bench import CHART_FILE, REPORT_FILE
+from relay_ext import cli
+from relay_ext.report import latency as latency_bench
+from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE
 from relay_ext.tuning import SUMMARY_FILE
 from conftest import AVX2, TINY_32, TUNED_TRIALS
 from helpers import one_error_line

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from relay_ext.latency_bench import CHART_FILE, REPORT_FILE
+from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE
 from test_targets import AMD_AVX2_VM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +19,8 @@ def _quantfuse(args, flags=None, timeout=900):
     ``flags``: the CPU flags the child believes its OS enables."""
     code = textwrap.dedent(f"""
         import sys
-        from relay_ext import cli, targets
+        from relay_ext import cli
+        from relay_ext.lowering import targets
         if {flags is not None}:
             targets.host_cpu_flags = lambda: frozenset({sorted(flags or ())!r})
         sys.exit(cli.main({list(args)!r}))

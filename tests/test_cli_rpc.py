@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from relay_ext import cli, rpc_tracker
-from relay_ext.database_repair import RECORD_FILE
+from relay_ext import cli
+from relay_ext.tuning import rpc_tracker
+from relay_ext.cli import commands as cli_commands
+from relay_ext.tuning.work_dir import RECORD_FILE
 from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 1"
@@ -66,7 +68,7 @@ def tracker(tmp_path_factory):
 
 def test_tune_through_rpc_tracker_records_real_run_times(tracker, tmp_path, capsys, monkeypatch):
     port, server_logs = tracker
-    monkeypatch.setattr(cli, "_search_strategy", small_search)
+    monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     work_dir = tmp_path / "work"
     assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--trials", "6",
                      "--seed", "0", "--rpc", f"127.0.0.1:{port}:{KEY}"]) == 0

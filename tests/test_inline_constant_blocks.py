@@ -7,7 +7,7 @@ from tvm import te, tir
 
 import meta_rules
 from meta_rules import InlineConstantBlocks, compute_inline
-from relay_ext.te_workloads import scalar_constant
+from meta_rules.testing.te_workloads import scalar_constant
 
 
 def _consumer_of(const: te.Tensor, shape=(16,)) -> tvm.IRModule:

@@ -6,8 +6,8 @@ import tvm
 from tvm import tir
 from tvm.script import tir as T
 
-from relay_ext.config import BUILD_OPTIONS
-from relay_ext.inline_vector_lets import inline_vector_lets
+from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 
 
 @T.prim_func

@@ -1,4 +1,4 @@
-"""relay_ext.models / relay_ext.accuracy: quantized models load, import to Relay, and agree with
+"""relay_ext.frontend.models / relay_ext.report.accuracy: quantized models load, import to Relay, and agree with
 PyTorch within measured bounds (see docs/models.md for the numbers and where they come from)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from meta_rules.resilient_space_generator import (
     ResilientPostOrderApply,
     drop_candidates,
 )
-from relay_ext.te_workloads import quantized_conv2d_nhwc
+from meta_rules.testing.te_workloads import quantized_conv2d_nhwc
 
 A100 = "nvidia/nvidia-a100"
 # Found by searching rand_states 0..39 on TE int8 1x1 convs: with TVM's stock cuda-tensorcore rules

@@ -84,7 +84,7 @@ def test_space_generator_carries_the_variant():
 def _scalar_constant_consumer():
     from tvm import te
 
-    from relay_ext.te_workloads import scalar_constant
+    from meta_rules.testing.te_workloads import scalar_constant
 
     x = te.placeholder((8,), "int32", name="x")
     const = scalar_constant(2)

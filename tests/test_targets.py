@@ -3,7 +3,9 @@
 import pytest
 from tvm.target import Target
 
-from relay_ext import cli, targets
+from relay_ext import cli
+from relay_ext.cli.inputs import warn_if_generic_llvm
+from relay_ext.lowering import targets
 from helpers import one_error_line
 
 # Flag sets as /proc/cpuinfo spells them. AMD_AVX2_VM is a 2-core AMD EPYC virtual machine whose
@@ -108,8 +110,8 @@ def test_unknown_mcpu_is_bad_input_not_log_lines(capsys):
 
 def test_generic_llvm_warning_names_this_hosts_target(avx2_host, caplog):
     with caplog.at_level("WARNING", logger="quantfuse"):
-        cli._warn_if_generic_llvm("llvm", Target("llvm -num-cores 2"))
-        cli._warn_if_generic_llvm("llvm -mcpu=core-avx2", Target("llvm -mcpu=core-avx2"))
+        warn_if_generic_llvm("llvm", Target("llvm -num-cores 2"))
+        warn_if_generic_llvm("llvm -mcpu=core-avx2", Target("llvm -mcpu=core-avx2"))
     assert len(caplog.records) == 1, caplog.records
     assert "no -mcpu" in caplog.records[0].getMessage()
     assert "llvm -mcpu=core-avx2" in caplog.records[0].getMessage()

@@ -19,10 +19,10 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import relay_ext
-from relay_ext.inline_vector_lets import inline_vector_lets
+from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 from meta_rules import fusion
 from relay_ext import pass_config
-from relay_ext import tir_converter as conv
+from relay_ext.lowering import tir_converter as conv
 
 TARGETS = ["llvm -num-cores 2", "nvidia/nvidia-a100"]
 ANNOTATION = ("schedule_rule", "compute_inline")
@@ -166,7 +166,7 @@ def test_registration_leaves_someone_elses_function(monkeypatch):
 )
 def test_pass_config(variant, converter):
     config = pass_config(variant)
-    # see relay_ext.config.BUILD_OPTIONS for the last two
+    # see relay_ext.lowering.config.BUILD_OPTIONS for the last two
     assert config == {
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": converter,

@@ -14,10 +14,12 @@ import tvm
 from tvm import meta_schedule as ms
 
 from relay_ext import cli, models
-from relay_ext.database_repair import RECORD_FILE
-from relay_ext.skip_measured_search import records_by_workload, trace_key, workload_hash
+from relay_ext.cli.progress import ProgressPrinter
+from relay_ext.cli import commands as cli_commands
+from relay_ext.tuning.work_dir import RECORD_FILE
+from relay_ext.tuning.skip_measured_search import records_by_workload, trace_key, workload_hash
 from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
-from relay_ext.tuning_progress import ProgressSnapshot, describe
+from relay_ext.tuning.progress import ProgressSnapshot, describe
 from helpers import small_search
 
 LLVM = "llvm -num-cores 2"
@@ -94,7 +96,7 @@ def _interrupt_when_records(work_dir, count, timeout_s=600):
 
 def test_ctrl_c_keeps_a_loadable_database_that_the_same_command_resumes(tmp_path, capsys,
                                                                        monkeypatch):
-    monkeypatch.setattr(cli, "_search_strategy", small_search)
+    monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     work_dir = tmp_path / "work"
     command = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "1"]
     handler_before = signal.getsignal(signal.SIGINT)
@@ -127,7 +129,7 @@ def test_progress_printer_redraws_on_a_terminal_and_prints_lines_otherwise():
 
     plain, terminal = io.StringIO(), Terminal()
     for stream in (plain, terminal):
-        printer = cli.ProgressPrinter(stream)
+        printer = ProgressPrinter(stream)
         printer.show(snapshot)
         printer.show(dataclasses.replace(snapshot, trials_done=24, tasks_measured=8,
                                          estimated_latency_s=0.00125))

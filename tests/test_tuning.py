@@ -12,11 +12,11 @@ from tvm import meta_schedule as ms
 import meta_rules
 from meta_rules import fusion
 from relay_ext import models
-from relay_ext.accuracy import quantization_step_error, run_torchscript
+from relay_ext.report.accuracy import quantization_step_error, run_torchscript
+from relay_ext.lowering.targets import normalize_target
 from relay_ext.tuning import (
     compile_model,
     extract_tasks,
-    normalize_target,
     numpy_seeded,
     read_tuning_summary,
     run_module,

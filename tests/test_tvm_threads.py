@@ -1,14 +1,15 @@
-"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.latency_bench)."""
+"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.report.latency)."""
 
 import os
 
 import pytest
 import tvm
 
-from relay_ext import models, targets
-from relay_ext.accuracy import build_untuned
-from relay_ext.config import BUILD_OPTIONS
-from relay_ext.latency_bench import load_average, tvm_timer, with_tvm_threads
+from relay_ext import models
+from relay_ext.lowering import targets
+from relay_ext.report.accuracy import build_untuned
+from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.report.latency import load_average, tvm_timer, with_tvm_threads
 from conftest import AVX2
 
 CPUS = os.cpu_count() or 1

@@ -10,10 +10,10 @@ from tvm import meta_schedule as ms
 from tvm import te, tir
 
 import meta_rules
-from meta_rules.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
+from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules import VerifyLoweredGPUCode
 from meta_rules import verify_lowered_gpu_code as vlg
-from relay_ext.te_workloads import quantized_conv2d_nhwc, quantized_dense, requantize_epilogue
+from meta_rules.testing.te_workloads import quantized_conv2d_nhwc, quantized_dense, requantize_epilogue
 
 CUDA = "nvidia/geforce-rtx-3080"  # sm_86: tensor-core design spaces, all limits set
 VULKAN_NO_INT64 = "vulkan -supports_int64=0 -max_shared_memory_per_block=16384"

@@ -1,4 +1,4 @@
-"""TVM's VNNI int8 dot products, registered again for LLVM 22 (relay_ext.vnni_intrinsics).
+"""TVM's VNNI int8 dot products, registered again for LLVM 22 (relay_ext.lowering.vnni_intrinsics).
 
 Without them, building any int8 conv for a VNNI ``-mcpu`` aborts the whole process in LLVM's IR
 verifier, so each build here runs in a child process: a regression shows as a failed test, not a
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import tvm
-from relay_ext import targets, vnni_intrinsics
+from relay_ext.lowering import targets, vnni_intrinsics
 
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
-# What the OS enables decides, not the name LLVM gives the CPU (relay_ext.targets).
+# What the OS enables decides, not the name LLVM gives the CPU (relay_ext.lowering.targets).
 HOST_HAS_VNNI = targets.host_cpu_flags() is not None and not targets.missing_features(VNNI)
 
 
@@ -42,9 +42,10 @@ def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
     out = _run_child(f"""
         import tvm
         from relay_ext import models
-        from relay_ext.accuracy import build_untuned, run_torchscript, step_error
-        from relay_ext.config import BUILD_OPTIONS
-        from relay_ext.tuning import normalize_target, run_module
+        from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
+        from relay_ext.lowering.config import BUILD_OPTIONS
+        from relay_ext.lowering.targets import normalize_target
+        from relay_ext.tuning import run_module
         m = models.load("tiny_resnet", image_size=16)
         with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
             lib = build_untuned(m.mod, m.params, normalize_target("{VNNI}"))
@@ -66,7 +67,7 @@ def test_tuned_int8_model_tensorizes_with_vnni_and_matches_pytorch(tmp_path):
         sys.path.insert(0, "tests")
         from helpers import small_search
         from relay_ext import models
-        from relay_ext.accuracy import run_torchscript, step_error
+        from relay_ext.report.accuracy import run_torchscript, step_error
         from relay_ext.tuning import compile_model, run_module, tune
         m = models.load("tiny_resnet", image_size=16)
         db = tune(m.mod, m.params, "{VNNI}", r"{tmp_path}", max_trials=16,

@@ -14,7 +14,7 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-from .rule_sets import postprocs
+from ..rule_sets import postprocs
 
 
 def postprocs_before_gpu_verifier(mod: tvm.IRModule, target: tvm.target.Target) -> List[ms.Postproc]:

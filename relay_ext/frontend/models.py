@@ -1,6 +1,6 @@
 """Quantized PyTorch models as TorchScript and Relay: the inputs of the tuning flow.
 
-``load(name)`` builds one of our own network definitions (:mod:`relay_ext.quantizable_nets`) with
+``load(name)`` builds one of our own network definitions (:mod:`relay_ext.frontend.quantizable_nets`) with
 random weights from a fixed seed, quantizes it with PyTorch eager-mode static quantization (module
 fusion, the x86 qconfig, calibration on random batches), traces it to TorchScript and imports it
 with TVM's PyTorch frontend. ``from_torchscript(path, input_shapes)`` imports a user's own

@@ -6,7 +6,7 @@ network (torchvision cannot be installed beside the CPU torch wheel). They follo
 use (so conv+bn+relu can be fused), and ``FloatFunctional`` for residual adds. Each network has a
 ``fuse_model()`` that fuses its conv+bn(+relu) and linear+relu groups in place.
 
-:mod:`relay_ext.models` quantizes, calibrates and traces them.
+:mod:`relay_ext.frontend.models` quantizes, calibrates and traces them.
 """
 
 from __future__ import annotations

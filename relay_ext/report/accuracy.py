@@ -17,9 +17,9 @@ import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
 
-from . import vnni_intrinsics
-from .executing import copy_module, run_module
-from .models import LoadedModel
+from ..frontend.models import LoadedModel
+from ..lowering import vnni_intrinsics
+from ..tuning.build import copy_module, run_module
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def build_untuned(
     into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
     requantize.cc), which would change the structural hash of the caller's module.
     TOPI's VNNI dot product is first registered for this wheel's LLVM
-    (:mod:`relay_ext.vnni_intrinsics`), else a VNNI ``-mcpu`` aborts the process.
+    (:mod:`relay_ext.lowering.vnni_intrinsics`), else a VNNI ``-mcpu`` aborts the process.
     """
     vnni_intrinsics.install()
     return relay.build(copy_module(mod), target=target, params=params)

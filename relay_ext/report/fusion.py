@@ -28,7 +28,8 @@ from meta_rules.resilient_space_generator import (
 )
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from .tuning import extract_tasks, normalize_target
+from ..lowering.targets import normalize_target
+from ..tuning.tasks import lowered_tasks
 
 
 @dataclasses.dataclass
@@ -108,7 +109,7 @@ def fusion_report(
     """
     variants = [check_variant(v) for v in variants]
     target = normalize_target(target)
-    per_variant = {v: extract_tasks(mod, params, target, v) for v in variants}
+    per_variant = {v: lowered_tasks(mod, params, target, v) for v in variants}
     tasks = per_variant[variants[0]]
     for variant, others in per_variant.items():
         if [t.task_name for t in others] != [t.task_name for t in tasks]:

@@ -1,4 +1,8 @@
-"""Small helpers shared by the tuning flow and the accuracy checks: copy a Relay module, run a build."""
+"""Tuning database -> compiled module -> outputs: compile a Relay module with tuned records, run it.
+
+    lib = compile_model(database, mod, params, target, variant)  # a graph executor factory
+    outputs = run_module(lib, {input_name: array})
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,19 @@ from typing import List, Mapping, Optional
 
 import numpy as np
 import tvm
+from tvm import meta_schedule as ms
 from tvm.contrib import graph_executor
+from tvm.target import Target
+
+from meta_rules.rule_sets import TargetLike, check_variant
+
+from ..lowering import vnni_intrinsics
+from ..lowering.config import pass_config
+from ..lowering.targets import normalize_target
+
+# TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
+# a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
+vnni_intrinsics.install()
 
 
 def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
@@ -40,3 +56,26 @@ def run_module(
     module = graph_module(lib, inputs, device)
     module.run()
     return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+
+
+def compile_model(
+    database: ms.Database,
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    variant: str = "ours",
+) -> tvm.runtime.Module:
+    """Build the Relay module with the tuned records of ``database`` (graph executor factory).
+
+    Works on a copy of ``mod``, like :func:`relay_ext.tuning.extract_tasks`.
+    """
+    return build_with_records(database, mod, params, normalize_target(target),
+                              check_variant(variant))
+
+
+def build_with_records(database: ms.Database, mod: tvm.IRModule,
+                       params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
+                       variant: str) -> tvm.runtime.Module:
+    """:func:`compile_model` for a target and variant already checked."""
+    return ms.relay_integration.compile_relay(
+        database, copy_module(mod), target, params, pass_config=pass_config(variant))

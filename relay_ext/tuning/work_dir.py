@@ -1,10 +1,21 @@
-"""Check and repair MetaSchedule's JSON database files before the database is opened.
+"""A tuning work dir: its file names, what it was tuned for, and its database, opened safely.
 
-A killed tuning process can leave a half-written last line in ``database_workload.json`` or
-``database_tuning_record.json``; MetaSchedule's JSONDatabase then refuses to load the work dir.
-:func:`repair_database` keeps every complete line, moves the broken trailing lines to
-``<name>.broken-<timestamp>`` next to the file, and logs a warning. A file that is not
-MetaSchedule's at all (a complete line that is not JSON of the right shape) raises
+    run = RunDescription("resnet18", None, 224, "NCHW", target, "ours")
+    run.check_same_run(work_dir)      # refuses a work dir tuned for something else
+    run.write(work_dir)               # quantfuse_tune.json
+    repair_database(work_dir)         # sets a half-written tail aside (a killed run)
+    database = open_tuned_database(work_dir)
+
+**Files** (all names live here): MetaSchedule's ``database_workload.json`` and
+``database_tuning_record.json``; ``quantfuse_tune.json`` (the :class:`RunDescription`);
+``tuning_summary.json`` (what :func:`relay_ext.tune` did to each task); ``logs/`` (one log per
+task, ``tvm.log`` for TVM's native lines); ``report.md`` and ``latency.png`` (``bench``).
+
+**Repair.** A killed tuning process can leave a half-written last line in
+``database_workload.json`` or ``database_tuning_record.json``; MetaSchedule's JSONDatabase then
+refuses to load the work dir. :func:`repair_database` keeps every complete line, moves the broken
+trailing lines to ``<name>.broken-<timestamp>`` next to the file, and logs a warning. A file that
+is not MetaSchedule's at all (a complete line that is not JSON of the right shape) raises
 :class:`NotADatabaseError` and is left untouched.
 
 Line shapes (TVM 0.19, ``src/meta_schedule/database/json_database.cc``)::
@@ -15,21 +26,114 @@ Line shapes (TVM 0.19, ``src/meta_schedule/database/json_database.cc``)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
+
+from tvm.target import Target
 
 logger = logging.getLogger(__name__)
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+RUN_FILE = "quantfuse_tune.json"
+SUMMARY_FILE = "tuning_summary.json"
+LOG_DIR = "logs"
+TVM_LOG_FILE = "tvm.log"
+REPORT_FILE = "report.md"
+CHART_FILE = "latency.png"
+
+PathLike = Union[str, os.PathLike]
 
 
-class NotADatabaseError(ValueError):
+class WorkDirError(ValueError):
+    """A work dir that cannot be used as asked: missing, not tuned, or tuned for something else."""
+
+
+class NotADatabaseError(WorkDirError):
     """A database file whose complete lines are not MetaSchedule's."""
+
+
+# --- what a work dir was tuned for -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDescription:
+    """What is tuned or benched: resolved and checked once where the input comes in (the CLI),
+    trusted below. ``model`` is a built-in name or a model file's absolute path;
+    ``input_shape`` ("1,3,224,224") belongs to a file, ``image_size`` to a built-in model."""
+
+    model: str
+    input_shape: Optional[str]
+    image_size: Optional[int]
+    layout: str
+    target: Target
+    variant: str
+
+    def record(self) -> Dict:
+        """The JSON form kept in the work dir (``quantfuse_tune.json``)."""
+        return {"model": self.model, "input_shape": self.input_shape,
+                "image_size": self.image_size, "layout": self.layout,
+                "target": str(self.target), "variant": self.variant}
+
+    def write(self, work_dir: PathLike) -> None:
+        (Path(work_dir) / RUN_FILE).write_text(json.dumps(self.record(), indent=2))
+
+    def check_same_run(self, work_dir: PathLike) -> None:
+        """WorkDirError when ``work_dir`` holds tuning for another model, target, layout or
+        variant (resuming it would mix records)."""
+        self._check(work_dir, self.record(), "holds tuning for",
+                    "run the same command again to resume, or pick another --work-dir")
+
+    def check_tuned_for(self, work_dir: PathLike) -> None:
+        """WorkDirError when ``work_dir`` was tuned for another model, layout or variant (its
+        records would not be found when this model is compiled)."""
+        now = {k: v for k, v in self.record().items()
+               if k in ("model", "layout", "variant", "image_size")}
+        self._check(work_dir, now, "was tuned for", "pass the options you tuned with")
+
+    @staticmethod
+    def _check(work_dir: PathLike, now: Dict, what: str, fix: str) -> None:
+        previous = recorded_run(work_dir)
+        if previous is None:
+            return
+        different = [f"{k} {previous.get(k)!r} (now {v!r})" for k, v in now.items()
+                     if k in previous and previous.get(k) != v]
+        if different:
+            raise WorkDirError(f"work dir {str(work_dir)!r} {what} {', '.join(different)}; {fix}")
+
+
+def recorded_run(work_dir: PathLike) -> Optional[Dict]:
+    """What ``work_dir`` was tuned for (its run file), or None when nothing was tuned there yet."""
+    path = Path(work_dir) / RUN_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise WorkDirError(f"{path} is not quantfuse's (not JSON); remove it or pick another "
+                           "--work-dir") from None
+
+
+def open_tuned_database(work_dir: PathLike):
+    """``work_dir``'s tuning database, repaired first (see :func:`repair_database`); WorkDirError
+    when the work dir does not exist or holds no records."""
+    from tvm import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    work_dir = Path(work_dir)
+    if not work_dir.is_dir():
+        raise WorkDirError(f"work dir {str(work_dir)!r} does not exist; run 'quantfuse tune' first")
+    if not repair_database(work_dir)["records"]:
+        raise WorkDirError(f"work dir {str(work_dir)!r} has no tuning database ({RECORD_FILE}); "
+                           "run 'quantfuse tune --work-dir ...' first")
+    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
+# --- repairing the database files --------------------------------------------------------------
 
 
 def _is_workload(value) -> bool:
@@ -99,7 +203,7 @@ def _repair_file(path: Path, is_valid, max_workload: Optional[int] = None) -> Tu
     return len(kept), broken
 
 
-def repair_database(work_dir: Union[str, os.PathLike]) -> dict:
+def repair_database(work_dir: PathLike) -> dict:
     """Check and repair ``work_dir``'s JSON database files; returns what was kept and set aside.
 
     Raises :class:`NotADatabaseError` when a file is not MetaSchedule's.

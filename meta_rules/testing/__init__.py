@@ -1,0 +1,6 @@
+"""Workloads and candidate sampling for tests and benchmarks (as TVM keeps its own under
+``meta_schedule/testing``): nothing in the library imports this package.
+
+* :mod:`.te_workloads` -- small int8 TE workloads (conv2d NHWC + requantize, dense + requantize);
+* :mod:`.candidate_sampling` -- GPU candidates drawn the way MetaSchedule's search draws them.
+"""

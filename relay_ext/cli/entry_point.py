@@ -1,0 +1,105 @@
+"""The entry point: parse, run the command with TVM's native log lines kept in a file, map what
+went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
+from .commands import cmd_bench, cmd_fusion, cmd_models, cmd_tune
+from .demo import cmd_demo
+from .parser import BadInput, build_parser
+
+COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune, "bench": cmd_bench,
+            "demo": cmd_demo}
+
+
+def run(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command in ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("quantfuse: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "demo" and args.work_dir is None:
+            args.work_dir = tempfile.mkdtemp(prefix="quantfuse-demo-")
+        if verbose or args.command == "models":
+            return COMMANDS[args.command](args)
+        return _with_native_log(args, COMMANDS[args.command])
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except BadInput as error:
+        if verbose:
+            traceback.print_exc()
+        print(f"quantfuse: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("quantfuse: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - one line unless --verbose
+        if verbose:
+            traceback.print_exc()
+        from meta_rules.tvm_errors import tvm_error_message
+
+        print(f"quantfuse: failed: {tvm_error_message(error)} (rerun with --verbose for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def _with_native_log(args, command) -> int:
+    """Run ``command`` with TVM's native log lines in a file, not on the terminal: the work dir's
+    ``logs/tvm.log`` when the command has a work dir that exists at the end, else a temporary
+    file. One summary line goes to stderr (not after bad input: that stays one error line)."""
+    from relay_ext.tuning.work_dir import TVM_LOG_FILE
+
+    from .native_log import native_log_to
+
+    captured = Path(tempfile.mkdtemp(prefix="quantfuse-log-")) / TVM_LOG_FILE
+    bad_input = False
+    try:
+        with native_log_to(captured) as log:
+            return command(args)
+    except BadInput:
+        bad_input = True
+        raise
+    finally:
+        log.path = _keep_native_log(captured, getattr(args, "work_dir", None))
+        line = None if bad_input else log.summary()
+        if line:
+            print(f"quantfuse: {line}", file=sys.stderr)
+
+
+def _keep_native_log(captured: Path, work_dir: Optional[str]) -> Path:
+    """Append the captured lines to ``work_dir/logs/tvm.log`` when the work dir exists (else keep
+    the temporary file); an empty capture is removed. Returns where the lines are."""
+    from relay_ext.tuning.work_dir import LOG_DIR
+
+    if not captured.exists() or captured.stat().st_size == 0:
+        captured.unlink(missing_ok=True)
+        captured.parent.rmdir()
+        return captured
+    if work_dir is None or not Path(work_dir).is_dir():
+        return captured
+    kept = Path(work_dir) / LOG_DIR / captured.name
+    try:
+        kept.parent.mkdir(exist_ok=True)
+        with open(kept, "ab") as out:
+            out.write(captured.read_bytes())
+    except OSError:
+        return captured
+    captured.unlink()
+    captured.parent.rmdir()
+    return kept

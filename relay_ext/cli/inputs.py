@@ -1,0 +1,164 @@
+"""The command line's input, checked once where it comes in: every check that can fail on what
+the user typed raises :class:`~relay_ext.cli.parser.BadInput` (one line, exit code 2), before
+anything slow runs. What passes is resolved into the objects the library trusts: a normalised
+Target, a :class:`~relay_ext.tuning.work_dir.RunDescription`, a loaded model."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional, Tuple
+
+from .parser import BadInput
+
+logger = logging.getLogger("quantfuse")
+
+EXAMPLE_TARGETS = "examples: llvm -mcpu=core-avx2, nvidia/nvidia-a100"
+
+
+def resolve_target(text: str, variant: str = "ours"):
+    """--target, parsed and checked (an -mcpu LLVM does not know, a target without MetaSchedule
+    defaults: BadInput); an llvm target gets its -num-cores."""
+    import meta_rules
+    from relay_ext.lowering.targets import normalize_target
+
+    try:
+        target = normalize_target(text)
+        meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
+    except ValueError as error:
+        examples = "" if "for this machine" in str(error) else f"; {EXAMPLE_TARGETS}"
+        raise BadInput(f"{error}{examples}") from None
+    return target
+
+
+def check_runs_here(target) -> None:
+    """Measuring here: refuse a target whose code this machine cannot execute."""
+    from relay_ext.lowering.targets import TargetNotRunnable, check_runs_here as check
+
+    try:
+        check(target)
+    except TargetNotRunnable as error:
+        raise BadInput(str(error)) from None
+
+
+def warn_if_generic_llvm(text: str, target) -> None:
+    """Plain llvm builds for generic x86-64: say so, once every input check has passed."""
+    from relay_ext.lowering.targets import host_target_text, is_generic_x86
+
+    if is_generic_x86(target):
+        logger.warning("--target %r has no -mcpu: TVM compiles for generic x86-64 (no AVX2 or "
+                       "AVX-512), and int8 code is ~25x slower; for this machine use --target "
+                       "'%s'", text, host_target_text())
+
+
+def checked_variant(text: str) -> str:
+    from meta_rules.rule_sets import check_variant
+
+    try:
+        return check_variant(text)
+    except ValueError as error:
+        raise BadInput(f"--variant: {error}") from None
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
+    if not text:
+        raise BadInput("a TorchScript model needs its input shape: add --input-shape 1,3,224,224")
+    try:
+        shape = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise BadInput(f"--input-shape {text!r} is not a list of positive integers, e.g. 1,3,224,224")
+    return shape
+
+
+def is_model_file(text: str) -> bool:
+    return os.sep in text or text.endswith((".pt", ".pth", ".ts", ".torchscript")) or os.path.exists(text)
+
+
+def check_model(args) -> None:
+    """The cheap checks of --model, before anything slow runs."""
+    from relay_ext.frontend import models
+
+    if is_model_file(args.model):
+        parse_shape(args.input_shape)
+        if not os.path.isfile(args.model):
+            raise BadInput(f"TorchScript file not found: {args.model}; pass a built-in model "
+                           f"({', '.join(models.available_models())}) or an existing file")
+    elif args.model not in models.MODELS:
+        raise BadInput(f"unknown model {args.model!r}; built-in models: "
+                       f"{', '.join(models.available_models())} (or a TorchScript file path)")
+
+
+def load_model(args):
+    """The model --model names (checked by :func:`check_model` first), as a LoadedModel."""
+    from relay_ext.frontend import models
+
+    check_model(args)
+    try:
+        if is_model_file(args.model):
+            return models.from_torchscript(
+                args.model, {models.DEFAULT_INPUT_NAME: parse_shape(args.input_shape)},
+                layout=args.layout)
+        return models.load(args.model, image_size=args.image_size, layout=args.layout)
+    except (ValueError, FileNotFoundError) as error:
+        raise BadInput(str(error)) from None
+
+
+def run_description(args, target):
+    """What --model, --input-shape, --image-size, --layout, --target and --variant describe."""
+    from relay_ext.tuning.work_dir import RunDescription
+
+    model_file = is_model_file(args.model)
+    shape = ",".join(map(str, parse_shape(args.input_shape))) if model_file else None
+    return RunDescription(os.path.abspath(args.model) if model_file else args.model, shape,
+                          None if model_file else args.image_size, args.layout, target,
+                          checked_variant(args.variant))
+
+
+# --- the work dir ---------------------------------------------------------------------------------
+
+
+def writable_dir(path: str) -> Path:
+    work_dir = Path(path)
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=work_dir, prefix=".quantfuse-write-test"):
+            pass
+    except OSError as error:
+        raise BadInput(f"cannot write to work dir {path!r} ({error.strerror or error}); "
+                       "pass a --work-dir you can write to") from None
+    return work_dir
+
+
+def work_dir_checked(check, *args):
+    """``check(*args)``, a work-dir check of the library, with its WorkDirError as BadInput."""
+    from relay_ext.tuning.work_dir import NotADatabaseError, WorkDirError
+
+    try:
+        return check(*args)
+    except NotADatabaseError as error:
+        raise BadInput(f"{error}; move it away or pick another --work-dir") from None
+    except WorkDirError as error:
+        raise BadInput(str(error)) from None
+
+
+def rpc_runner(rpc: Optional[str]):
+    """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered."""
+    from relay_ext.tuning import rpc_tracker
+
+    if rpc is None:
+        return "local"
+    try:
+        address = rpc_tracker.parse_rpc_address(rpc)
+        servers = rpc_tracker.check_tracker(address)
+    except (ValueError, rpc_tracker.TrackerError) as error:
+        raise BadInput(f"--rpc: {error}") from None
+    print(f"measuring on {servers} RPC server(s) with key {address.key!r} at "
+          f"{address.host}:{address.port}")
+    return rpc_tracker.rpc_runner(address, max_workers=servers)

@@ -1,0 +1,119 @@
+"""The command line's arguments: ``build_parser()``; a parse error is :class:`BadInput`."""
+
+from __future__ import annotations
+
+import argparse
+
+USAGE = """\
+the command line of quantfuse:
+
+    quantfuse models                                   # the built-in quantized models
+    quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
+    quantfuse tune --model resnet18 --target 'llvm -mcpu=core-avx2' --trials 200 --work-dir w
+    quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
+    quantfuse bench --model resnet18 --target llvm --work-dir work   # TVM vs PyTorch, report.md
+    quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
+
+--model takes a built-in name or a TorchScript file (then --input-shape 1,3,224,224).
+Bad input (unknown model, bad target, a target this machine cannot run, unwritable work dir,
+trials <= 0, a work dir whose database is not MetaSchedule's, an unreachable RPC tracker) is one
+line on stderr and exit code 2; --verbose adds the traceback and shows TVM's own log lines.
+"""
+
+
+class BadInput(Exception):
+    """Wrong input from the user: one line on stderr, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print the usage and exit; we print one line
+        raise BadInput(f"{message} (see '{self.prog} --help')")
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = Parser(add_help=False)
+    common.add_argument("--verbose", action="store_true", help="debug logging; tracebacks on errors")
+    model = Parser(add_help=False)
+    model.add_argument("--model", required=True,
+                       help="a built-in model (see 'quantfuse models') or a TorchScript file")
+    model.add_argument("--input-shape", help="the input shape of a TorchScript file, e.g. 1,3,224,224")
+    model.add_argument("--image-size", type=positive_int, default=224,
+                       help="input image size of a built-in image model (default 224)")
+    model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
+                       help="conv2d data layout of the Relay module (default NCHW)")
+    model.add_argument("--target", required=True,
+                       help="a TVM target: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100, "
+                            "'cuda -arch=sm_80' ...")
+
+    parser = Parser(prog="quantfuse", description=USAGE, parents=[common],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    sub.add_parser("models", parents=[common], help="list the built-in quantized models",
+                   description="List the built-in quantized models and what they are.")
+    fusion = sub.add_parser(
+        "fusion", parents=[common, model], help="static fusion report (no tuning)",
+        description="For each tuning task: its anchor op, the global-memory intermediates its "
+                    "design spaces leave under each variant (worst space) and the bytes of global "
+                    "traffic they cost (write + read); totals per variant. Nothing is tuned.")
+    fusion.add_argument("--variants", default="legacy,upstream,ours",
+                        help="comma-separated variants to compare (default legacy,upstream,ours)")
+    fusion.add_argument("--json", action="store_true", help="print the report as JSON")
+    fusion.add_argument("--out", help="also write the report as a Markdown table to this file")
+    tune = sub.add_parser(
+        "tune", parents=[common, model], help="tune with MetaSchedule into a work dir (resumable)",
+        description="Tune the model's tasks with MetaSchedule; the JSON database goes to "
+                    "--work-dir, progress (trials, tasks measured, estimated latency) to stderr. "
+                    "--trials is the total budget of the work dir: running the same command "
+                    "again continues from the records it holds and never measures a recorded "
+                    "candidate again. Ctrl-C finishes the candidates in flight, keeps every "
+                    "record and exits 130 (twice: stop at once). A half-written last line (a "
+                    "killed run) is set aside in <file>.broken-<time> with a warning.")
+    tune.add_argument("--trials", type=positive_int, required=True,
+                      help="total number of measured candidates for the work dir")
+    tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
+    tune.add_argument("--variant", default="ours", help="rule set: ours (default), upstream, legacy")
+    tune.add_argument("--seed", type=int, default=None, help="random seed of the search")
+    tune.add_argument("--rpc", metavar="HOST:PORT:KEY", default=None,
+                      help="measure on the servers registered under KEY with the TVM RPC tracker "
+                           "at HOST:PORT (default: measure on this machine)")
+    bench = sub.add_parser(
+        "bench", parents=[common, model], help="latency: TVM tuned vs untuned vs PyTorch int8",
+        description="Compile the model with the work dir's tuned database, check its output "
+                    "against PyTorch's quantized TorchScript module (in output quantization "
+                    "steps), time TVM (time_evaluator), PyTorch and TVM's untuned default build "
+                    "on the same input with the same thread count; print a table with ratios and "
+                    "write report.md and latency.png into the work dir.")
+    bench.add_argument("--work-dir", required=True, help="a work dir that 'quantfuse tune' filled")
+    bench.add_argument("--variant", default="ours", help="rule set it was tuned with (default ours)")
+    bench.add_argument("--repeats", type=positive_int, default=10,
+                       help="timed repeats; the median is reported (default 10)")
+    bench.add_argument("--number", type=positive_int, default=10,
+                       help="runs per repeat (default 10)")
+    bench.add_argument("--threads", type=positive_int, default=None,
+                       help="threads for TVM and PyTorch (default: all CPUs)")
+    demo = sub.add_parser(
+        "demo", parents=[common], help="the whole job on tiny_resnet, in a few minutes",
+        description="On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all "
+                    "variants), a short tune on llvm, compile, accuracy check against PyTorch "
+                    "and the latency bench.")
+    demo.add_argument("--work-dir", default=None,
+                      help="where the tuning database and report go (default: a new temp dir)")
+    demo.add_argument("--trials", type=positive_int, default=None,
+                      help="tuning budget (default: 2 per task)")
+    demo.add_argument("--image-size", type=positive_int, default=32,
+                      help="input image size (default 32)")
+    return parser

@@ -1,0 +1,13 @@
+"""Step 2 of the data path: how a Relay module becomes TIR and machine code.
+
+* :mod:`.targets` -- llvm targets for this machine (chosen from the CPU flags the OS enables),
+  checked and normalised in one place;
+* :mod:`.config` -- the one pass-context configuration that extraction, tuning and compilation
+  share (the variant's TE->TIR converter, the build options);
+* :mod:`.tir_converter` -- the ``inline_constants`` TE->TIR converter that annotates Relay's
+  scalar constant blocks (``patches/`` holds the same change as a TVM C++ patch);
+* :mod:`.inline_vector_lets`, :mod:`.vnni_intrinsics` -- workarounds that make TVM 0.19 build
+  with the LLVM 22 this wheel links.
+
+Kept light on purpose: every MetaSchedule builder worker imports :mod:`.config`.
+"""

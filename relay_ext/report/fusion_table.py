@@ -1,0 +1,71 @@
+"""The fusion report as a table: one row per task, a TOTAL row, and TVM's reasons for the tasks
+whose design spaces could not be generated (a failed cell points at its reason: ``failed [1]``).
+
+    print(text_table(FUSION_HEADER(report), fusion_rows(report)))
+    Path("fusion.md").write_text(fusion_markdown(report, "resnet50 (NCHW)"))
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from .fusion import FusionReport, VariantResult
+from .tables import markdown_table
+
+
+def fusion_header(report: FusionReport) -> List[str]:
+    return ["task", "anchor", *report.variants]
+
+
+def human_bytes(n: float) -> str:
+    """``2048`` -> ``"2.0 KiB"``."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def failure_reasons(report: FusionReport) -> List[str]:
+    """TVM's reasons for the tasks whose design spaces failed, each once, in table order."""
+    reasons = [task.variants[v].failed for task in report.tasks for v in report.variants]
+    return list(dict.fromkeys(r for r in reasons if r is not None))
+
+
+def failure_notes(report: FusionReport) -> List[str]:
+    """``[n] <why>`` for each of :func:`failure_reasons`."""
+    return [f"[{n}] TVM could not generate design spaces (tried other random states and without "
+            f"the failing rule): {reason}" for n, reason in enumerate(failure_reasons(report), 1)]
+
+
+def fusion_rows(report: FusionReport) -> List[List[str]]:
+    """Per task: name, anchor op and per variant ``intermediates (bytes)``; then the TOTAL row
+    (failed tasks counted apart)."""
+    reasons = failure_reasons(report)
+
+    def cell(result: VariantResult) -> str:
+        if result.failed is not None:
+            return f"failed [{reasons.index(result.failed) + 1}]"
+        return f"{result.intermediates} ({human_bytes(result.bytes)})"
+
+    rows = [[task.name if len(task.name) <= 60 else task.name[:57] + "...", task.anchor]
+            + [cell(task.variants[v]) for v in report.variants] for task in report.tasks]
+    totals = report.totals
+    rows.append(["TOTAL", f"{len(report.tasks)} tasks"]
+                + [f"{totals[v]['intermediates']} ({human_bytes(totals[v]['bytes'])}) in "
+                   f"{totals[v]['tasks_with_intermediates']} tasks"
+                   + (f"; {totals[v]['tasks_failed']} failed" if totals[v]["tasks_failed"] else "")
+                   for v in report.variants])
+    return rows
+
+
+def fusion_markdown(report: FusionReport, title: str) -> str:
+    """The whole report as a Markdown document."""
+    lines = [f"# Fusion report: {title}", "", f"Target: `{report.target}`", "",
+             "Global-memory intermediates of each task's worst design space, and the bytes of "
+             "global traffic they cost (write + read).", "",
+             markdown_table(fusion_header(report), fusion_rows(report))]
+    notes = failure_notes(report)
+    if notes:
+        lines += ["", *[f"- {note}" for note in notes]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,68 @@
+"""``report.md`` and the latency chart that ``quantfuse bench`` writes into the work dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict
+
+from ..tuning.work_dir import CHART_FILE, REPORT_FILE
+from .latency import BenchResult
+from .tables import markdown_table
+
+
+def write_chart(result: BenchResult, path: Path) -> Path:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    labels = [row[0] for row in result.rows()]
+    timings = list(result.timings.values())
+    fig, ax = plt.subplots(figsize=(1.5 + 1.5 * len(labels), 3.5))
+    bars = ax.bar(labels, [t.median_ms for t in timings],
+                  color=["#2a7", "#999", "#d63", "#36c", "#a5c"][:len(labels)],
+                  yerr=[[t.median_ms - 1e3 * min(t.seconds) for t in timings],
+                        [1e3 * max(t.seconds) - t.median_ms for t in timings]], capsize=4)
+    ax.bar_label(bars, fmt="%.3f ms", padding=2)
+    ax.set_ylabel("latency, ms (median; bars: min-max)")
+    ax.set_title(f"{result.model} {'x'.join(map(str, result.input_shape))}, "
+                 f"{result.threads} threads")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def report_markdown(result: BenchResult) -> str:
+    rows = result.rows()
+    lines = [
+        f"# quantfuse bench: {result.model}", "",
+        f"- Input shape {'x'.join(map(str, result.input_shape))}, batch 1; target `{result.target}`; "
+        f"rule set `{result.variant}`.",
+        f"- {result.threads} threads for TVM and {result.reference}; median of {result.repeats} repeats, "
+        f"each the mean of {result.number} runs (TVM: `time_evaluator`).",
+        f"- Machine: {result.machine}. Date: {result.date}. Load average before the bench: "
+        f"{'unknown' if result.load_average is None else f'{result.load_average:.2f}'}.",
+        "- The model's weights are random (fixed seed) and it was calibrated on random data: the "
+        "numbers measure speed and agreement with PyTorch, not accuracy on a dataset.",
+        f"- TVM tuned vs PyTorch's quantized TorchScript module: max {result.max_steps:.2f} "
+        f"output quantization steps apart (mean {result.mean_steps:.3f}, "
+        f"{100 * result.fraction_equal:.1f}% of outputs equal); TVM untuned: max "
+        f"{result.untuned_max_steps:.2f} steps.",
+        "",
+        markdown_table(result.header, rows),
+    ]
+    if result.busy_warning:
+        lines += ["", f"**{result.busy_warning}**"]
+    lines += ["", "Ratios are median / median: above 1 is slower than the column's reference.", "",
+              f"![latency]({CHART_FILE})", ""]
+    return "\n".join(lines)
+
+
+def write_report(result: BenchResult, work_dir) -> Dict[str, Path]:
+    """``report.md`` and the PNG chart in ``work_dir``; returns their paths."""
+    work_dir = Path(work_dir)
+    chart = write_chart(result, work_dir / CHART_FILE)
+    report = work_dir / REPORT_FILE
+    report.write_text(report_markdown(result))
+    return {"report": report, "chart": chart}

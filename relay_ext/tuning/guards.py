@@ -1,0 +1,85 @@
+"""What a tune runs inside: Ctrl-C handling, numpy's seed, and the runner's thread count."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from typing import Optional
+
+import numpy as np
+import tvm
+
+from .skip_measured_search import TrialBudget
+
+logger = logging.getLogger(__name__)
+
+
+class TuningInterrupted(KeyboardInterrupt):
+    """A tune stopped by Ctrl-C; the work dir keeps every record measured before it."""
+
+
+class InterruptGuard:
+    """While tuning (main thread only): the first Ctrl-C empties the trial budget, so MetaSchedule
+    finishes the batches in flight, stores their records and returns; a second one aborts at once.
+
+    A KeyboardInterrupt raised inside MetaSchedule's Python callbacks is swallowed by TVM's FFI
+    and turns into an unrelated error, so the first Ctrl-C must not raise.
+    """
+
+    def __init__(self, budget: TrialBudget):
+        self.budget = budget
+        self.pressed = 0
+
+    def _on_sigint(self, signum, frame):  # pylint: disable=unused-argument
+        self.pressed += 1
+        if self.pressed == 1:
+            self.budget.left = 0
+            logger.warning("interrupted: finishing the candidates in flight and keeping their "
+                           "records; press Ctrl-C again to stop at once")
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def runner_threads(target: tvm.target.Target):
+    """While tuning: MetaSchedule's local runner processes run candidates on ``-num-cores``
+    threads (TVM's thread pool reads ``TVM_NUM_THREADS`` when a process starts it; left alone it
+    uses half the logical CPUs, one thread on a 2-CPU machine). A value the user set is kept."""
+    cores = target.attrs.get("num-cores")
+    if cores is None or "TVM_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["TVM_NUM_THREADS"] = str(int(cores))
+    try:
+        yield
+    finally:
+        os.environ.pop("TVM_NUM_THREADS", None)
+
+
+@contextlib.contextmanager
+def numpy_seeded(seed: Optional[int]):
+    """Within the block numpy's global generator draws from ``seed``; afterwards it continues
+    the caller's stream as if the block had not run. ``seed=None``: the stream is left alone."""
+    if seed is None:
+        yield
+        return
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)

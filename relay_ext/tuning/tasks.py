@@ -1,0 +1,137 @@
+"""Relay module -> tuning tasks, each with design spaces checked before the search starts.
+
+    tasks = extract_tasks(mod, params, target, variant)               # what MetaSchedule tunes
+    contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir)
+
+Every step takes its pass-context options from :func:`relay_ext.lowering.config.pass_config`,
+so the variant's TE->TIR converter is the same at extraction, tuning and compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
+
+import tvm
+from tvm import meta_schedule as ms
+from tvm.meta_schedule.utils import fork_seed
+from tvm.target import Target
+
+import meta_rules
+from meta_rules.resilient_space_generator import (
+    DesignSpaceGenerationError,
+    GenerationOutcome,
+    ResilientPostOrderApply,
+)
+from meta_rules.rule_sets import TargetLike, check_variant
+
+from ..lowering.config import pass_config
+from ..lowering.targets import normalize_target
+from .build import copy_module
+from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
+from .work_dir import LOG_DIR
+
+logger = logging.getLogger(__name__)
+
+StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
+
+
+def extract_tasks(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, tvm.nd.NDArray]],
+    target: TargetLike,
+    variant: str = "ours",
+) -> List[ms.ExtractedTask]:
+    """The tuning tasks of a Relay module, lowered with ``variant``'s converter.
+
+    Works on a copy: Relay's QNN canonicalization writes attributes into the module it lowers.
+    """
+    return lowered_tasks(mod, params, normalize_target(target), check_variant(variant))
+
+
+def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                  target: Target, variant: str) -> List[ms.ExtractedTask]:
+    """:func:`extract_tasks` for a target and variant already checked (``normalize_target``,
+    ``check_variant``), as the tuning flow and the reports pass them."""
+    return list(ms.relay_integration.extract_tasks(
+        copy_module(mod), target, params, pass_config=pass_config(variant)))
+
+
+@dataclasses.dataclass
+class TaskReport:
+    """What happened to one task: its design-space generation, and whether it was tuned."""
+
+    name: str
+    weight: float
+    generation: str
+    tuned: bool
+    failures: List[str] = dataclasses.field(default_factory=list)
+
+
+def tune_contexts(
+    tasks: Sequence[ms.ExtractedTask],
+    target: Target,
+    variant: str,
+    work_dir: Union[str, os.PathLike],
+    seed: Optional[int] = None,
+    num_tuning_cores: Union[str, int] = "physical",
+    strategy: StrategyLike = "evolutionary",
+    budget: Optional[TrialBudget] = None,
+    record_index: Optional[RecordIndex] = None,
+) -> Tuple[List[ms.TuneContext], List[float], List[TaskReport]]:
+    """A TuneContext per task whose design spaces could be generated, and a report for every task
+    (``target`` and ``variant`` already checked, as :func:`relay_ext.tuning.tune` passes them).
+
+    Each context carries a :class:`ResilientPostOrderApply` with ``variant``'s rules and the
+    search ``strategy`` wrapped in :class:`SkipMeasuredSearch` (candidates the database already
+    holds are not measured again; ``budget`` and ``record_index``, when given, are shared by all
+    contexts). Design spaces are generated here once, so a task that TVM cannot generate spaces
+    for (after retries with other random states and without the failing rule) is left out: it is
+    compiled with TVM's default schedule, and its report says so.
+    """
+    contexts, weights, reports = [], [], []
+    for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
+        task_logger = task_log(work_dir, index, task.task_name)
+        space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))  # fresh per task
+        inner = (ms.search_strategy.SearchStrategy.create(strategy) if isinstance(strategy, str)
+                 else strategy.clone())
+        context = ms.TuneContext(
+            mod=task.dispatched[0], target=target, space_generator=space,
+            search_strategy=SkipMeasuredSearch(inner, budget, record_index),
+            task_name=task.task_name, logger=task_logger,
+            rand_state=rand_state, num_threads=num_tuning_cores,
+        )
+        try:
+            context.generate_design_space()
+            outcome: GenerationOutcome = space.outcome
+        except DesignSpaceGenerationError:
+            outcome = space.outcome
+        report = TaskReport(task.task_name, float(task.weight), outcome.describe(),
+                            outcome.status != "failed", list(outcome.failures))
+        reports.append(report)
+        if report.tuned:
+            contexts.append(context)
+            weights.append(float(task.weight))
+        else:
+            logger.warning("task %s is left to TVM's default schedule: %s", task.task_name,
+                           report.failures[0] if report.failures else "no design space")
+    return contexts, weights, reports
+
+
+def task_log(work_dir: Union[str, os.PathLike], index: int, task_name: str) -> logging.Logger:
+    """A logger writing MetaSchedule's per-task messages to ``work_dir/logs/task_<i>_<name>.log``."""
+    path = Path(work_dir) / LOG_DIR / f"task_{index:03d}_{task_name[:80]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    task_logger = logging.getLogger(f"quantfuse.task.{path.stem}")
+    task_logger.setLevel(logging.DEBUG)
+    task_logger.propagate = False  # per-task detail goes to its file, not the console
+    for handler in list(task_logger.handlers):
+        task_logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    task_logger.addHandler(handler)
+    return task_logger
