@@ -2,7 +2,6 @@
 
 import json
 import logging
-import os
 import re
 import subprocess
 import sys

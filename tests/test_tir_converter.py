@@ -26,7 +26,7 @@ from relay_ext.lowering import tir_converter as conv
 
 TARGETS = ["llvm -num-cores 2", "nvidia/nvidia-a100"]
 ANNOTATION = ("schedule_rule", "compute_inline")
-PATCH = Path(relay_ext.__file__).parent / "patches" / "te_compiler_cache.patch"
+PATCH = Path(relay_ext.__file__).parent / "lowering" / "patches" / "te_compiler_cache.patch"
 
 
 # --- models and helpers ---------------------------------------------------------------------------

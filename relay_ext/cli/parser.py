@@ -43,9 +43,40 @@ def positive_int(text: str) -> int:
     return value
 
 
+# command -> (one-line help, description of its --help)
+COMMANDS = {
+    "models": ("list the built-in quantized models",
+               "List the built-in quantized models and what they are."),
+    "fusion": ("static fusion report (no tuning)",
+               "For each tuning task: its anchor op, the global-memory intermediates its design "
+               "spaces leave under each variant (worst space) and the bytes of global traffic they "
+               "cost (write + read); totals per variant. Nothing is tuned. A task whose design "
+               "spaces TVM cannot generate is listed as failed, with TVM's reason."),
+    "tune": ("tune with MetaSchedule into a work dir (resumable)",
+             "Tune the model's tasks with MetaSchedule; the JSON database goes to --work-dir, "
+             "progress (trials, tasks measured, estimated latency) to stderr. --trials is the total "
+             "budget of the work dir, spread over the tasks: running the same command again "
+             "continues from the records it holds and never measures a recorded candidate again. "
+             "Ctrl-C finishes the candidates in flight, keeps every record and exits 130 (twice: "
+             "stop at once). A half-written last line (a killed run) is set aside in "
+             "<file>.broken-<time> with a warning."),
+    "bench": ("latency: TVM tuned vs untuned vs PyTorch int8",
+              "Compile the model with the work dir's tuned database, check its output against "
+              "PyTorch's quantized TorchScript module (in output quantization steps), time TVM "
+              "(time_evaluator), PyTorch and TVM's untuned default build on the same input with "
+              "the same thread count; print a table with ratios and write report.md and "
+              "latency.png into the work dir."),
+    "demo": ("the whole job on tiny_resnet, in a few minutes",
+             "On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all variants), a "
+             "short tune on this machine's host target, compile, accuracy check against PyTorch "
+             "and the latency bench."),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
-    common.add_argument("--verbose", action="store_true", help="debug logging; tracebacks on errors")
+    common.add_argument("--verbose", action="store_true",
+                        help="debug logging, tracebacks on errors, TVM's log lines as they come")
     model = Parser(add_help=False)
     model.add_argument("--model", required=True,
                        help="a built-in model (see 'quantfuse models') or a TorchScript file")
@@ -55,33 +86,25 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
                        help="conv2d data layout of the Relay module (default NCHW)")
     model.add_argument("--target", required=True,
-                       help="a TVM target: llvm, 'llvm -num-cores 4', nvidia/nvidia-a100, "
-                            "'cuda -arch=sm_80' ...")
+                       help="a TVM target: 'llvm -mcpu=core-avx2', 'llvm -num-cores 4', "
+                            "nvidia/nvidia-a100, 'cuda -arch=sm_80' ...")
 
     parser = Parser(prog="quantfuse", description=USAGE, parents=[common],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    sub.add_parser("models", parents=[common], help="list the built-in quantized models",
-                   description="List the built-in quantized models and what they are.")
-    fusion = sub.add_parser(
-        "fusion", parents=[common, model], help="static fusion report (no tuning)",
-        description="For each tuning task: its anchor op, the global-memory intermediates its "
-                    "design spaces leave under each variant (worst space) and the bytes of global "
-                    "traffic they cost (write + read); totals per variant. Nothing is tuned.")
+
+    def command(name, *parents):
+        return sub.add_parser(name, parents=[common, *parents], help=COMMANDS[name][0],
+                              description=COMMANDS[name][1])
+
+    command("models")
+    fusion = command("fusion", model)
     fusion.add_argument("--variants", default="legacy,upstream,ours",
                         help="comma-separated variants to compare (default legacy,upstream,ours)")
     fusion.add_argument("--json", action="store_true", help="print the report as JSON")
     fusion.add_argument("--out", help="also write the report as a Markdown table to this file")
-    tune = sub.add_parser(
-        "tune", parents=[common, model], help="tune with MetaSchedule into a work dir (resumable)",
-        description="Tune the model's tasks with MetaSchedule; the JSON database goes to "
-                    "--work-dir, progress (trials, tasks measured, estimated latency) to stderr. "
-                    "--trials is the total budget of the work dir: running the same command "
-                    "again continues from the records it holds and never measures a recorded "
-                    "candidate again. Ctrl-C finishes the candidates in flight, keeps every "
-                    "record and exits 130 (twice: stop at once). A half-written last line (a "
-                    "killed run) is set aside in <file>.broken-<time> with a warning.")
+    tune = command("tune", model)
     tune.add_argument("--trials", type=positive_int, required=True,
                       help="total number of measured candidates for the work dir")
     tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
@@ -90,13 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--rpc", metavar="HOST:PORT:KEY", default=None,
                       help="measure on the servers registered under KEY with the TVM RPC tracker "
                            "at HOST:PORT (default: measure on this machine)")
-    bench = sub.add_parser(
-        "bench", parents=[common, model], help="latency: TVM tuned vs untuned vs PyTorch int8",
-        description="Compile the model with the work dir's tuned database, check its output "
-                    "against PyTorch's quantized TorchScript module (in output quantization "
-                    "steps), time TVM (time_evaluator), PyTorch and TVM's untuned default build "
-                    "on the same input with the same thread count; print a table with ratios and "
-                    "write report.md and latency.png into the work dir.")
+    bench = command("bench", model)
     bench.add_argument("--work-dir", required=True, help="a work dir that 'quantfuse tune' filled")
     bench.add_argument("--variant", default="ours", help="rule set it was tuned with (default ours)")
     bench.add_argument("--repeats", type=positive_int, default=10,
@@ -105,11 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs per repeat (default 10)")
     bench.add_argument("--threads", type=positive_int, default=None,
                        help="threads for TVM and PyTorch (default: all CPUs)")
-    demo = sub.add_parser(
-        "demo", parents=[common], help="the whole job on tiny_resnet, in a few minutes",
-        description="On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all "
-                    "variants), a short tune on llvm, compile, accuracy check against PyTorch "
-                    "and the latency bench.")
+    demo = command("demo")
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")
     demo.add_argument("--trials", type=positive_int, default=None,

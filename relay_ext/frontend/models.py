@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ import tvm
 from torch import nn
 from torch.ao import quantization as torch_quantization
 from tvm import relay
+
+from meta_rules.tvm_errors import tvm_error_message
 
 from . import quantizable_nets
 
@@ -288,7 +289,7 @@ def _import_to_relay(
     except Exception as error:  # the frontend raises anything from asserts to TVMError
         raise ValueError(
             f"TVM's PyTorch frontend could not import {name!r} with input {input_name} {input_shape}: "
-            f"{_short_message(error)}"
+            f"{tvm_error_message(error, limit=500)}"
         ) from error
     scale = output_scale(mod)
     quantized = _has_qnn_ops(mod)
@@ -309,22 +310,6 @@ def _has_qnn_ops(mod: tvm.IRModule) -> bool:
 
     relay.analysis.post_order_visit(mod["main"].body, visit)
     return bool(found)
-
-
-# "Traceback (most recent call last):", "File ...", and TVM's numbered C++ frames "12: tvm::...".
-_BACKTRACE_LINE = re.compile(r"^(Traceback|File |at |\d+: )")
-
-
-def _short_message(error: BaseException) -> str:
-    """The useful line of an error message: TVM's carry a C++ backtrace before or after it."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    for line in lines:
-        if "Check failed" in line or line.startswith(("TVMError:", "InternalError:", "ValueError:")):
-            return line
-    meaningful = [line for line in lines if not _BACKTRACE_LINE.match(line)]
-    return (meaningful or lines)[-1][:500]
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -378,7 +363,7 @@ def _load_torchscript(path: str | os.PathLike) -> torch.jit.ScriptModule:
     except Exception as error:  # torch raises RuntimeError, or pickle/zip errors, for non-TorchScript files
         raise ValueError(
             f"{os.fspath(path)} is not a TorchScript file (save one with torch.jit.trace(...).save(path)): "
-            f"{_short_message(error)}"
+            f"{tvm_error_message(error, limit=500)}"
         ) from error
     return module.eval()
 
@@ -391,5 +376,5 @@ def _check_runs_on(torchscript: torch.jit.ScriptModule, example_input: np.ndarra
     except Exception as error:
         raise ValueError(
             f"the TorchScript module does not accept an input of shape {tuple(example_input.shape)}: "
-            f"{_short_message(error)}"
+            f"{tvm_error_message(error, limit=500)}"
         ) from error

@@ -22,7 +22,7 @@ import functools
 import logging
 import platform
 from pathlib import Path
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
 
 from tvm.target import Target, codegen
 

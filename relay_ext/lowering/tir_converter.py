@@ -22,7 +22,7 @@ writes one 0-d buffer; ``inline_constants`` returns the same PrimFunc with that 
 MetaSchedule's ApplyCustomRule, the first rule of every default rule set, then hands the block to
 ``meta_schedule.<target key>.compute_inline`` (registered by :mod:`meta_rules`), which inlines it
 before any other rule sees its consumers. This is exactly the PrimFunc a TVM built with
-``relay_ext/patches/te_compiler_cache.patch`` produces with its own default converter.
+``relay_ext/lowering/patches/te_compiler_cache.patch`` produces with its own default converter.
 
 Constant blocks are recognised by structure (0-d buffer written, no buffer read, a literal value
 stored), never by name. A block that already carries a ``schedule_rule`` annotation (a patched
@@ -32,7 +32,7 @@ TVM, or a TOPI compute with its own rule) is left as it is.
 from __future__ import annotations
 
 import logging
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import tvm
 from tvm import te, tir
@@ -106,18 +106,6 @@ def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
     if body.same_as(func.body):
         return func
     return func.with_body(body)
-
-
-def annotated_block_names(func: tir.PrimFunc) -> List[str]:
-    """Names of the blocks of ``func`` annotated ``schedule_rule = "compute_inline"``."""
-    names: List[str] = []
-
-    def visit(node) -> None:
-        if isinstance(node, tir.Block) and node.annotations.get(SCHEDULE_RULE_KEY) == COMPUTE_INLINE:
-            names.append(node.name_hint)
-
-    tir.stmt_functor.post_order_visit(func.body, visit)
-    return names
 
 
 def default_converter() -> tvm.runtime.PackedFunc:

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import math
 import statistics
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
@@ -68,7 +68,6 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
         self.weights = [float(w) for w in weights]
         self.best: Dict[int, float] = dict(best_before or {})
         self.report = report or (lambda snapshot: logger.info("%s", describe(snapshot)))
-        self.snapshots: List[ProgressSnapshot] = []
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
@@ -86,7 +85,6 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
             estimated_latency_s=self.estimated_latency(),
             last_task=self.tasks[int(task_id)], last_batch_failed=failed,
             last_batch_size=len(runner_results))
-        self.snapshots.append(snapshot)
         self.report(snapshot)
 
     def estimated_latency(self) -> Optional[float]:

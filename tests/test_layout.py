@@ -1,0 +1,102 @@
+"""The package layout follows the data path: no module imports a later step, and no cycles.
+
+Layers, lowest first: meta_rules -> relay_ext.frontend -> relay_ext.lowering -> relay_ext.tuning
+-> relay_ext.report -> relay_ext.cli. A module may import its own layer and the layers below it
+(module-level and function-level imports alike); ``relay_ext/__init__`` only wires the public names.
+"""
+
+import ast
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["meta_rules", "relay_ext.frontend", "relay_ext.lowering", "relay_ext.tuning",
+          "relay_ext.report", "relay_ext.cli"]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    for index in reversed(range(len(LAYERS))):
+        if module == LAYERS[index] or module.startswith(LAYERS[index] + "."):
+            return index
+    raise AssertionError(f"{module} belongs to no layer; add it to LAYERS or move it")
+
+
+def _imports(path: Path) -> Set[str]:
+    """Every quantfuse module ``path`` imports, relative imports resolved."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.split(".")[0] in ("meta_rules", "relay_ext")}
+
+
+def _library_modules() -> Dict[str, Path]:
+    paths = [*ROOT.glob("meta_rules/**/*.py"), *ROOT.glob("relay_ext/**/*.py")]
+    return {_module_name(p): p for p in paths if _module_name(p) != "relay_ext"}
+
+
+MODULES = _library_modules()
+
+
+def _known(name: str) -> str:
+    """The module an imported name refers to (``a.b.func`` -> ``a.b``)."""
+    while name and name not in MODULES and name != "relay_ext":
+        name = name.rpartition(".")[0]
+    return name
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_later_step(module):
+    mine = _layer(module)
+    upward = []
+    for imported in map(_known, _imports(MODULES[module])):
+        if imported == "relay_ext":
+            upward.append("relay_ext (import the module itself, not the package's lazy names)")
+        elif imported and _layer(imported) > mine:
+            upward.append(imported)
+    assert not upward, f"{module} imports later steps: {sorted(upward)}"
+
+
+def test_no_import_cycles():
+    graph = {m: {_known(i) for i in _imports(p)} - {"", "relay_ext", m} for m, p in MODULES.items()}
+    # A package imports its own submodules by design (its __init__ re-exports); that is no cycle.
+    graph = {m: {i for i in deps if not i.startswith(m + ".")} for m, deps in graph.items()}
+    state: Dict[str, int] = {}
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_the_tree_reads_as_the_data_path():
+    packages = sorted(p.name for p in (ROOT / "relay_ext").iterdir()
+                      if (p / "__init__.py").exists())
+    assert packages == ["cli", "frontend", "lowering", "report", "tuning"]
+    assert not [p.name for p in (ROOT / "relay_ext").glob("*.py") if p.name != "__init__.py"]
+    for package in packages:
+        doc = ast.get_docstring(ast.parse((ROOT / "relay_ext" / package / "__init__.py").read_text()))
+        assert doc and len(doc) > 80, f"relay_ext/{package}/__init__.py needs a docstring naming its step"
