@@ -22,6 +22,8 @@ from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule import _ffi_api as _schedule_api
 from tvm.tir.schedule.analysis import is_output_block
 
+from .tvm_errors import tvm_error_message
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,6 +61,6 @@ def try_compute_inline(sch: Schedule, block_rv: BlockRV, why: str) -> bool:
         sch.compute_inline(block_rv)
     except tir.ScheduleError as err:  # compute_inline checks legality before it changes anything
         logger.debug("%s: compute_inline refused block %r: %s",
-                     why, sch.get(block_rv).name_hint, str(err).strip().splitlines()[-1])
+                     why, sch.get(block_rv).name_hint, tvm_error_message(err))
         return False
     return True

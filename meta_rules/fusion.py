@@ -23,6 +23,7 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 from .rule_sets import TargetLike, as_target, check_variant, space_generator
+from .tir_walk import child_stmts
 
 logger = logging.getLogger(__name__)
 
@@ -38,26 +39,10 @@ def _root_allocations(func: tir.PrimFunc) -> List[tir.Buffer]:
     found: List[tir.Buffer] = []
 
     def visit(stmt, in_loop: bool) -> None:
-        if isinstance(stmt, tir.BlockRealize):
-            visit(stmt.block, in_loop)
-        elif isinstance(stmt, tir.Block):
-            if not in_loop:
-                found.extend(stmt.alloc_buffers)
-            visit(stmt.body, in_loop)
-            if stmt.init is not None:
-                visit(stmt.init, in_loop)
-        elif isinstance(stmt, tir.For):
-            visit(stmt.body, True)
-        elif isinstance(stmt, tir.SeqStmt):
-            for s in stmt.seq:
-                visit(s, in_loop)
-        elif isinstance(stmt, (tir.LetStmt, tir.AttrStmt, tir.AssertStmt, tir.Allocate,
-                               tir.DeclBuffer, tir.AllocateConst)):
-            visit(stmt.body, in_loop)
-        elif isinstance(stmt, tir.IfThenElse):
-            visit(stmt.then_case, in_loop)
-            if stmt.else_case is not None:
-                visit(stmt.else_case, in_loop)
+        if isinstance(stmt, tir.Block) and not in_loop:
+            found.extend(stmt.alloc_buffers)
+        for child in child_stmts(stmt):
+            visit(child, in_loop or isinstance(stmt, tir.For))
 
     visit(placed.body, False)
     return found

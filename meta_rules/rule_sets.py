@@ -24,6 +24,7 @@ from tvm import te
 from tvm.target import Target
 
 from .inline_constant_blocks import InlineConstantBlocks
+from .tvm_errors import tvm_error_message
 from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,7 @@ def as_target(target: TargetLike) -> Target:
     try:
         return Target(target)
     except Exception as err:  # TVM raises its own error types with a C++ trace
-        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise ValueError(f"invalid target {target!r}: {last}") from None
+        raise ValueError(f"invalid target {target!r}: {tvm_error_message(err)}") from None
 
 
 def _probe_module() -> tvm.IRModule:
@@ -69,7 +69,7 @@ def _ask_tvm(target: Target) -> PostOrderApplyDefaults:
         ms.TuneContext(mod=_probe_module(), target=target, space_generator=space)
     except Exception as err:  # pylint: disable=broad-except
         if space.sch_rules is None:
-            reason = str(err).strip().splitlines()[-1]
+            reason = tvm_error_message(err)
             raise ValueError(
                 f"MetaSchedule has no default rules for target {str(target)!r} ({reason}); "
                 f"target kinds with defaults: {', '.join(kinds_with_defaults())}"
