@@ -9,6 +9,33 @@ os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 TINY_32 = ["--model", "tiny_resnet", "--image-size", "32"]
 TUNED_TRIALS = 16
+A100 = "nvidia/nvidia-a100"
+FUSION_VARIANTS = ["legacy", "upstream", "ours"]
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """tiny_resnet at 16x16, loaded once for every test that only reads it."""
+    from relay_ext import models
+
+    return models.load("tiny_resnet", image_size=16)
+
+
+@pytest.fixture(scope="session")
+def tiny32():
+    """tiny_resnet at 32x32: the model of the shared tuned work dir."""
+    from relay_ext import models
+
+    return models.load("tiny_resnet", image_size=32)
+
+
+@pytest.fixture(scope="session")
+def a100_fusion(tiny):
+    """The fusion report of tiny_resnet 16x16 on nvidia-a100 under all three variants, computed
+    once for the tests that check it (the CLI's and the tuning flow's)."""
+    from relay_ext.report.fusion import fusion_report
+
+    return fusion_report(tiny.mod, tiny.params, A100, FUSION_VARIANTS)
 
 
 @pytest.fixture(scope="session")

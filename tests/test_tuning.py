@@ -10,8 +10,6 @@ import tvm
 from tvm import meta_schedule as ms
 
 import meta_rules
-from meta_rules import fusion
-from relay_ext import models
 from relay_ext.report.accuracy import quantization_step_error, run_torchscript
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.tuning import (
@@ -22,10 +20,10 @@ from relay_ext.tuning import (
     run_module,
     tune,
 )
+from conftest import A100, AVX2, TUNED_TRIALS
 from helpers import small_search
 
 LLVM = "llvm -num-cores 2"
-A100 = "nvidia/nvidia-a100"
 # Largest distance from PyTorch's output, in output quantization steps (see docs/models.md).
 MAX_STEPS = 3
 
@@ -47,31 +45,31 @@ def captured_stderr_fd():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return models.load("tiny_resnet", image_size=16)
-
-
-
-@pytest.fixture(scope="module")
-def tuned(tiny, tmp_path_factory):
-    """Each variant tuned with a tiny budget (2 trials per round, enough rounds for every task)."""
+def tuned(tiny32, tiny_tuned, tmp_path_factory):
+    """Each variant tuned with the same tiny budget as the shared work dir (tests/conftest.py:
+    tiny_resnet 32x32, 16 trials over its 10 tasks, AVX2): "ours" is that work dir, the others
+    are tuned here the way ``quantfuse tune`` tunes; each is compiled and run."""
     results = {}
-    n_tasks = len(extract_tasks(tiny.mod, tiny.params, LLVM, "ours"))
     for variant in meta_rules.VARIANTS:
-        work_dir = tmp_path_factory.mktemp(f"tune_{variant}")
-        database = tune(tiny.mod, tiny.params, LLVM, work_dir, max_trials=2 * n_tasks,
-                        variant=variant, num_trials_per_iter=2, seed=0, strategy=small_search())
+        if variant == "ours":
+            work_dir = tiny_tuned[0]
+            database = ms.database.JSONDatabase(work_dir=str(work_dir))
+        else:
+            work_dir = tmp_path_factory.mktemp(f"tune_{variant}")
+            database = tune(tiny32.mod, tiny32.params, AVX2, work_dir, max_trials=TUNED_TRIALS,
+                            variant=variant, num_trials_per_iter=TUNED_TRIALS, seed=0,
+                            strategy=small_search())
         with captured_stderr_fd() as log:
-            lib = compile_model(database, tiny.mod, tiny.params, LLVM, variant)
-        output = run_module(lib, {tiny.input_name: tiny.example_input})[0]
+            lib = compile_model(database, tiny32.mod, tiny32.params, AVX2, variant)
+        output = run_module(lib, {tiny32.input_name: tiny32.example_input})[0]
         results[variant] = dict(work_dir=work_dir, database=database, log=log, output=output)
     return results
 
 
 @pytest.mark.parametrize("variant", meta_rules.VARIANTS)
-def test_tuned_model_matches_pytorch(tiny, tuned, variant):
-    expected = run_torchscript(tiny.torchscript, tiny.example_input)
-    steps = quantization_step_error(tuned[variant]["output"], expected, tiny.output_scale)
+def test_tuned_model_matches_pytorch(tiny32, tuned, variant):
+    expected = run_torchscript(tiny32.torchscript, tiny32.example_input)
+    steps = quantization_step_error(tuned[variant]["output"], expected, tiny32.output_scale)
     assert steps <= MAX_STEPS, f"{variant}: {steps} steps from PyTorch"
 
 
@@ -89,21 +87,22 @@ def _missing_model_functions(log):
             and not line.split("Cannot find workload:")[1].strip().startswith("intrp_")]
 
 
-def test_a_converter_mismatch_loses_the_tuned_records(tiny, tuned):
+def test_a_converter_mismatch_loses_the_tuned_records(tiny32, tuned):
     # Records tuned with TVM's default converter, compiled with ours: the annotated TIR hashes
     # differently, so the conv/dense tasks are not found. This is why pass_config is shared.
     with captured_stderr_fd() as log:
-        compile_model(tuned["upstream"]["database"], tiny.mod, tiny.params, LLVM, "ours")
+        compile_model(tuned["upstream"]["database"], tiny32.mod, tiny32.params, AVX2, "ours")
     assert any("conv2d" in name or "dense" in name for name in _missing_model_functions(log)), log
 
 
 @pytest.mark.parametrize("variant", meta_rules.VARIANTS)
-def test_records_and_summary(tiny, tuned, variant):
+def test_records_and_summary(tuned, variant):
     summary = read_tuning_summary(tuned[variant]["work_dir"])
     assert summary["variant"] == variant
-    assert summary["left_to_default_schedule"] == []
+    assert summary["design_space_failed"] == []
     assert all(task["generation"] == "ok" and task["tuned"] for task in summary["tasks"])
     assert len(tuned[variant]["database"]) >= len(summary["tasks"])
+    # The budget covers every task: each has at least one record.
     tuned_workloads = {r.workload.mod for r in tuned[variant]["database"].get_all_tuning_records()}
     assert len(tuned_workloads) == len(summary["tasks"])
 
@@ -123,26 +122,23 @@ def test_ours_annotates_extracted_constants_and_upstream_does_not(tiny):
     assert annotated("upstream") == []
 
 
-def test_a100_ours_never_leaves_more_intermediates_and_fixes_the_constant_ones(tiny):
+def test_a100_ours_never_leaves_more_intermediates_and_fixes_the_constant_ones(a100_fusion):
     """Per task, on nvidia-a100 with the cuda-tensorcore rules: ours leaves no more global
-    intermediates than legacy or upstream in any design space, and the tasks where legacy keeps one
-    that ours does not are the ones whose epilogue reads a constant block (the dense here).
+    intermediates than legacy or upstream in its worst design space, and the tasks where legacy
+    keeps one that ours does not are the ones whose epilogue reads a constant block (the dense
+    here). The shared report (tests/conftest.py) is tiny_resnet 16x16.
 
     The residual conv keeps one intermediate under every variant: its conv is computed in NCHWc and
     unpacked to NCHW, a layout change that no inlining rule fuses; constants play no part in it.
     """
-    per_variant = {}
-    for variant in meta_rules.VARIANTS:
-        for task in extract_tasks(tiny.mod, tiny.params, A100, variant):
-            counts = fusion.design_space_intermediates(task.dispatched[0], A100, variant, rand_state=1)
-            per_variant.setdefault(task.task_name, {})[variant] = counts
     fixed = []
-    for name, counts in per_variant.items():
-        assert max(counts["ours"]) <= max(counts["legacy"]), (name, counts)
-        assert max(counts["ours"]) <= max(counts["upstream"]), (name, counts)
-        if max(counts["legacy"]) > 0 and max(counts["ours"]) == 0:
-            fixed.append(name)
-    assert any("dense" in name for name in fixed), per_variant
+    for task in a100_fusion.tasks:
+        counts = {v: r.intermediates for v, r in task.variants.items()}
+        assert counts["ours"] <= counts["legacy"], (task.name, counts)
+        assert counts["ours"] <= counts["upstream"], (task.name, counts)
+        if counts["legacy"] > 0 and counts["ours"] == 0:
+            fixed.append(task.name)
+    assert any("dense" in name for name in fixed), fixed
 
 
 def test_normalize_target_adds_core_count_only_when_missing():
