@@ -70,7 +70,7 @@ def tuned(tiny32, tiny_tuned, tmp_path_factory):
 def test_tuned_model_matches_pytorch(tiny32, tuned, variant):
     expected = run_torchscript(tiny32.torchscript, tiny32.example_input)
     steps = quantization_step_error(tuned[variant]["output"], expected, tiny32.output_scale)
-    assert steps <= MAX_STEPS, f"{variant}: {steps} steps from PyTorch"
+    assert round(steps, 3) <= MAX_STEPS, f"{variant}: {steps} steps from PyTorch"  # whole steps
 
 
 @pytest.mark.parametrize("variant", meta_rules.VARIANTS)
