@@ -1,0 +1,1 @@
+"""The first step of the data path: quantized models in, Relay module out."""
