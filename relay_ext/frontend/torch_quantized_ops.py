@@ -19,6 +19,12 @@ not offer a hook for are added while it runs (:func:`quantized_op_hooks`):
   (``qnn_torch.add_input_quant_params_to_op_inputs``); the same is done for ours, so their
   converters receive them the same way.
 
+The same map replaces TVM's conversion of ``aten::adaptive_avg_pool2d`` on a quantized tensor:
+TVM averages in int32, where division truncates, PyTorch rounds to nearest; on an
+EfficientNet-style FX net (squeeze-excitation pools and a global pool before the classifier) that
+alone put TVM 4-7 output steps from PyTorch, 0 with the rounded pool
+(:func:`rounded_adaptive_avg_pool2d`).
+
 The converted batch norm stays int8 in and int8 out, as PyTorch's: it computes what PyTorch's
 kernel computes (``aten/src/ATen/native/quantized/cpu/qbatch_norm.cpp``), per channel
 ``q_out = clamp(round(alpha_c * (q_in - zp_in) + beta_c) + zp_out)`` with
