@@ -1,0 +1,178 @@
+"""Small networks written for the import tests, and the two ways users quantize them.
+
+* :class:`ResidualConvNet` and :class:`SmallMLP`: float networks exported to ONNX and quantized
+  QDQ with ONNX Runtime (:func:`qdq_onnx`).
+* :class:`EfficientNetStyle`: quantized with PyTorch's FX graph mode (:func:`fx_quantized_torchscript`)
+  the way efficientnet-pytorch's EfficientNet-B0 is: its convs pad "same" in their own
+  ``forward`` (``Conv2dStaticSamePadding``), so FX sees functional convs and leaves the batch
+  norms after them unfused (``quantized::batch_norm2d``, ``quantized::batch_norm2d_relu``); a
+  depthwise conv, hardswish and a squeeze-excitation block (pool, two 1x1 convs, sigmoid, mul).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tvm
+from torch import nn
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+from relay_ext import models
+from relay_ext.frontend import onnx_export
+
+CALIBRATION_BATCHES = 4
+
+
+def randomize_batch_norms(model: nn.Module) -> nn.Module:
+    """Non-trivial batch-norm statistics, so that a batch norm changes its input."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            with torch.no_grad():
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+                module.running_mean.normal_(0.0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+class ResidualConvNet(nn.Module):
+    """conv-bn-relu, conv-bn, residual add + relu, strided conv, global pool, linear."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.down = nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1)
+        self.fc = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(x + self.bn2(self.conv2(x)))
+        x = torch.relu(self.down(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SmallMLP(nn.Module):
+    """Three linear layers with ReLUs (MatMul/Gemm in ONNX)."""
+
+    def __init__(self, features: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class SamePadConv2d(nn.Conv2d):
+    """efficientnet-pytorch's ``Conv2dStaticSamePadding``: pad, then the functional conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, groups: int = 1):
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, groups=groups, bias=False)
+        extra = kernel_size - 1
+        self.pad = nn.ZeroPad2d((extra // 2, extra - extra // 2, extra // 2, extra - extra // 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(self.pad(x), self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, reduced: int) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.relu = nn.ReLU()
+        self.expand = nn.Conv2d(reduced, channels, 1)
+        self.gate = nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(self.expand(self.relu(self.reduce(self.pool(x)))))
+
+
+class EfficientNetStyle(nn.Module):
+    """Stem (same-pad conv, bn, hardswish), an inverted-residual block (depthwise same-pad conv,
+    bn, hardswish, squeeze-excitation, 1x1 projection with its bn, residual add), a head (same-pad
+    1x1 conv, bn, relu), global pool and a linear classifier."""
+
+    CONVS = 6  # stem, depthwise, SE reduce, SE expand, projection, head
+
+    def __init__(self, channels: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = SamePadConv2d(3, channels, 3, stride=2)
+        self.stem_bn = nn.BatchNorm2d(channels)
+        self.stem_act = nn.Hardswish()
+        self.depthwise = SamePadConv2d(channels, channels, 3, groups=channels)
+        self.depthwise_bn = nn.BatchNorm2d(channels)
+        self.depthwise_act = nn.Hardswish()
+        self.se = SqueezeExcite(channels, channels // 4)
+        self.project = nn.Conv2d(channels, channels, 1, bias=False)
+        self.project_bn = nn.BatchNorm2d(channels)
+        self.head = SamePadConv2d(channels, 2 * channels, 1)
+        self.head_bn = nn.BatchNorm2d(2 * channels)
+        self.head_act = nn.ReLU()
+        self.classifier = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem_act(self.stem_bn(self.stem(x)))
+        y = self.depthwise_act(self.depthwise_bn(self.depthwise(x)))
+        y = self.project_bn(self.project(self.se(y)))
+        x = self.head_act(self.head_bn(self.head(x + y)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _seeded(build, seed: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return randomize_batch_norms(build()).eval()
+
+
+def _calibration(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
+    generator = np.random.default_rng(seed)
+    return [generator.standard_normal(shape, dtype=np.float32) for _ in range(CALIBRATION_BATCHES)]
+
+
+def fx_quantized_torchscript(
+    image_size: int = 16, seed: int = 0
+) -> tuple[torch.jit.ScriptModule, tuple[int, ...]]:
+    """:class:`EfficientNetStyle` quantized with FX graph mode (x86 qconfig mapping, calibration on
+    random batches) and traced; returns it with its input shape."""
+    shape = (1, 3, image_size, image_size)
+    model = _seeded(EfficientNetStyle, seed)
+    example = torch.from_numpy(_calibration(shape, seed + 1)[0])
+    with models._quantization_engine("x86"), models._quiet_torch_quantization_warnings():  # pylint: disable=protected-access
+        prepared = prepare_fx(model, get_default_qconfig_mapping("x86"), (example,))
+        with torch.no_grad():
+            for batch in _calibration(shape, seed + 2):
+                prepared(torch.from_numpy(batch))
+        quantized = convert_fx(prepared)
+        with torch.no_grad():
+            traced = torch.jit.trace(quantized, example, check_trace=False)
+    return traced.eval(), shape
+
+
+def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_channel: bool = True) -> Path:
+    """The float network ``build()`` (seeded weights) exported to ONNX and quantized QDQ by ONNX
+    Runtime, calibrated on random batches of ``shape``."""
+    model = _seeded(build, seed)
+    calibration = _calibration(shape, seed + 1)
+    float_path = onnx_export.export_float_onnx(model, calibration[0], path.with_suffix(".float.onnx"))
+    return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
+
+
+def conv_block_reads(tasks) -> list[tuple[str, set[str]]]:
+    """For every conv compute block in the tasks' TIR: (task name, dtypes of the buffers it reads)."""
+    found: list[tuple[str, set[str]]] = []
+    for task in tasks:
+        def visit(node, task_name=task.task_name) -> None:
+            if isinstance(node, tvm.tir.Block) and "conv" in node.name_hint.lower():
+                found.append((task_name, {str(region.buffer.dtype) for region in node.reads}))
+
+        tvm.tir.stmt_functor.post_order_visit(task.dispatched[0]["main"].body, visit)
+    return found
