@@ -20,18 +20,26 @@ from .optional_deps import require_onnxruntime
 ModelSource = str | os.PathLike | bytes
 
 
-def onnxruntime_session(model: ModelSource, threads: int | None = None) -> Any:
+def onnxruntime_session(model: ModelSource, threads: int | None = None, allow_spinning: bool = True) -> Any:
     """An ``onnxruntime.InferenceSession`` on the CPU execution provider for a model file (or its
     bytes). ``threads``: ``intra_op_num_threads`` (the threads one op may use; ``inter_op`` is 1,
     ops run one after another), None for ONNX Runtime's default (one per physical core). Other
-    session options are ONNX Runtime's defaults (all graph optimizations, spinning worker threads),
-    as a user running the model would have them.
+    session options are ONNX Runtime's defaults (all graph optimizations), as a user running the
+    model would have them.
+
+    ``allow_spinning`` (ONNX Runtime's default, True): worker threads spin for a while after their
+    work instead of sleeping. That is faster for ONNX Runtime, but the spinning threads take CPU
+    time from whatever runs right after on the same cores: on this 2-core machine PyTorch timed just
+    after an ONNX Runtime run of a tiny model was 10-100x slower than alone. When timing several
+    runtimes in turn, pause between them or pass False.
     """
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: the CPU provider warns about unused initializers
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.inter_op_num_threads = 1
+    if not allow_spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         if int(threads) < 1:
             raise ValueError(f"threads must be a positive number, got {threads!r}")
@@ -73,18 +81,19 @@ def onnxruntime_timer(
     inputs: Mapping[str, np.ndarray],
     number: int,
     threads: int,
+    allow_spinning: bool = True,
 ) -> tuple[np.ndarray, Callable[[], float]]:
     """Open an ONNX Runtime CPU session with ``intra_op_num_threads=threads``, run it once on
     ``inputs`` (warm-up) and return its first output with a function that times one round: the
     mean seconds of ``number`` runs.
 
     ``model`` is a file path, the model's bytes, or an :class:`OnnxRuntimeReference` (its file is
-    opened again, with ``threads``).
+    opened again, with ``threads``). ``allow_spinning``: see :func:`onnxruntime_session`.
     """
     if int(number) < 1:
         raise ValueError(f"number must be a positive number of runs, got {number!r}")
     source = model.path if isinstance(model, OnnxRuntimeReference) else model
-    session = onnxruntime_session(source, threads)
+    session = onnxruntime_session(source, threads, allow_spinning)
     feed = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
     first_output = session.get_outputs()[0].name
 
