@@ -18,6 +18,7 @@ from tvm.relay import dataflow_pattern as pattern
 
 from . import vnni_intrinsics
 from .executing import copy_module, run_module
+from .frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
 from .models import LoadedModel, run_torchscript  # noqa: F401 - run_torchscript is re-exported here
 
 logger = logging.getLogger(__name__)
@@ -121,13 +122,9 @@ class _RoundedIntegerAveragePool(pattern.DFPatternCallback):
     def callback(self, pre: relay.Expr, post: relay.Expr, node_map: dict) -> relay.Expr:
         data = node_map[self.data][0]
         pool = node_map[self.pool][0]
-        averaged = relay.nn.adaptive_avg_pool2d(
-            relay.cast(data, "float32"),
-            output_size=pool.attrs.output_size,
-            layout=pool.attrs.layout,
-            out_layout=pool.attrs.out_layout,
+        return rounded_adaptive_avg_pool2d(
+            data, pool.attrs.output_size, layout=pool.attrs.layout, out_layout=pool.attrs.out_layout
         )
-        return relay.cast(relay.round(averaged), "uint8")
 
 
 class _FloatQuantizedAdd(pattern.DFPatternCallback):

@@ -21,22 +21,13 @@ from torch import nn
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
+from helpers import small_search
 from relay_ext import models
+from relay_ext.accuracy import step_error
 from relay_ext.frontend import onnx_export
+from relay_ext.tuning import compile_model, run_module, tune
 
 CALIBRATION_BATCHES = 4
-
-
-def randomize_batch_norms(model: nn.Module) -> nn.Module:
-    """Non-trivial batch-norm statistics, so that a batch norm changes its input."""
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            with torch.no_grad():
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-    return model
 
 
 class ResidualConvNet(nn.Module):
@@ -130,7 +121,9 @@ class EfficientNetStyle(nn.Module):
 def _seeded(build, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return randomize_batch_norms(build()).eval()
+        model = build()
+        models._randomize_batch_norms(model)  # pylint: disable=protected-access
+        return model.eval()
 
 
 def _calibration(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
@@ -164,6 +157,28 @@ def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_chann
     calibration = _calibration(shape, seed + 1)
     float_path = onnx_export.export_float_onnx(model, calibration[0], path.with_suffix(".float.onnx"))
     return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
+
+
+def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int = 7) -> float:
+    """Largest step error of the compiled ``lib`` against the model's reference runtime, over the
+    example input and ``extra_inputs`` random normal ones."""
+    generator = np.random.default_rng(seed)
+    inputs = [model.example_input] + [
+        generator.standard_normal(model.input_shape, dtype=np.float32) for _ in range(extra_inputs)
+    ]
+    return max(
+        step_error(run_module(lib, {model.input_name: data})[0], model.run_reference(data), model.output_scale).max_steps
+        for data in inputs
+    )
+
+
+def briefly_tuned(model: models.LoadedModel, target: str, work_dir: Path):
+    """The model tuned for 4 trials (one batch, a small evolutionary search) and compiled with the
+    records; asserts that records were written."""
+    database = tune(model.mod, model.params, target, work_dir, max_trials=4, num_trials_per_iter=4, seed=0,
+                    strategy=small_search())
+    assert len(database) > 0
+    return compile_model(database, model.mod, model.params, target)
 
 
 def conv_block_reads(tasks) -> list[tuple[str, set[str]]]:

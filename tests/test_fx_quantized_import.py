@@ -4,16 +4,14 @@ squeeze-excitation) imports, stays int8 where PyTorch's is, agrees with PyTorch,
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import tvm
 
-from helpers import small_search
-from quantized_test_nets import EfficientNetStyle, conv_block_reads, fx_quantized_torchscript
+from quantized_test_nets import EfficientNetStyle, briefly_tuned, conv_block_reads, fx_quantized_torchscript, worst_steps
 from relay_ext import accuracy, models
 from relay_ext.frontend import torch_quantized_ops
 from relay_ext.frontend.onnx_import import op_counts
-from relay_ext.tuning import compile_model, extract_tasks, run_module, tune
+from relay_ext.tuning import extract_tasks
 
 LLVM = "llvm -num-cores 2"
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"  # QNN convs lower to uint8 x int8 here
@@ -33,16 +31,6 @@ def loaded(traced, tmp_path_factory) -> models.LoadedModel:
     path = tmp_path_factory.mktemp("fx") / "efficientnet_style.pt"
     torchscript.save(str(path))
     return models.from_torchscript(path, {"input": shape})
-
-
-def _worst_steps(model: models.LoadedModel, lib) -> float:
-    generator = np.random.default_rng(3)
-    inputs = [model.example_input] + [generator.standard_normal(model.input_shape, dtype=np.float32) for _ in range(3)]
-    return max(
-        accuracy.step_error(run_module(lib, {model.input_name: data})[0], model.run_reference(data),
-                            model.output_scale).max_steps
-        for data in inputs
-    )
 
 
 def test_the_fx_net_has_the_ops_tvm_lacks(traced):
@@ -90,16 +78,12 @@ def test_conv_tasks_compute_in_int8(loaded):
 def test_untuned_tvm_matches_pytorch(loaded):
     assert loaded.reference_name == "PyTorch" and loaded.output_scale
     hash_before = tvm.ir.structural_hash(loaded.mod)
-    assert _worst_steps(loaded, accuracy.build_untuned(loaded.mod, loaded.params)) <= MAX_STEPS + TOLERANCE
+    assert worst_steps(loaded, accuracy.build_untuned(loaded.mod, loaded.params)) <= MAX_STEPS + TOLERANCE
     assert tvm.ir.structural_hash(loaded.mod) == hash_before
 
 
 def test_short_tune_then_compile_matches_pytorch(loaded, tmp_path):
-    database = tune(loaded.mod, loaded.params, LLVM, tmp_path, max_trials=4, num_trials_per_iter=4,
-                    seed=0, strategy=small_search())
-    assert len(database) > 0
-    lib = compile_model(database, loaded.mod, loaded.params, LLVM)
-    assert _worst_steps(loaded, lib) <= MAX_STEPS + TOLERANCE
+    assert worst_steps(loaded, briefly_tuned(loaded, LLVM, tmp_path)) <= MAX_STEPS + TOLERANCE
 
 
 def test_batch_norm_converter_needs_the_input_quantization_parameters():

@@ -24,7 +24,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
