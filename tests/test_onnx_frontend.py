@@ -120,6 +120,25 @@ def test_short_tune_then_compile_matches_onnxruntime(residual, tmp_path):
     assert worst_steps(residual, briefly_tuned(residual, LLVM, tmp_path)) <= MAX_STEPS + TOLERANCE
 
 
+def test_qoperator_format_imports_too(residual_path, tmp_path):
+    """ONNX Runtime's other format (QLinearConv, QGemm, QLinearAdd ...): TVM's frontend makes QNN ops of it."""
+    quantization = optional_deps.require_onnxruntime_quantization()
+    calibration = iter([{"input": np.random.default_rng(seed).standard_normal(IMAGE_SHAPE, dtype=np.float32)}
+                        for seed in range(4)])
+
+    class Reader(quantization.CalibrationDataReader):
+        def get_next(self):
+            return next(calibration, None)
+
+    path = tmp_path / "qoperator.onnx"
+    quantization.quantize_static(str(residual_path.with_suffix(".float.onnx")), str(path), Reader(),
+                                 quant_format=quantization.QuantFormat.QOperator)
+    assert "QLinearConv" in {node.op_type for node in onnx.load(path).graph.node}
+    loaded = onnx_import.from_onnx(path)
+    assert onnx_import.op_counts(loaded.mod).get("qnn.conv2d") == 3
+    assert accuracy.compare_untuned_with_reference(loaded).max_steps <= MAX_STEPS + TOLERANCE
+
+
 # --- ONNX Runtime -------------------------------------------------------------------------------
 
 
