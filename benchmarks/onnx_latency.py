@@ -75,6 +75,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                         help="ONNX Runtime without spinning worker threads (its default spins)")
     parser.add_argument("--work-root", default="/tmp/quantfuse-onnx-latency",
                         help="where the quantized ONNX file is written (and reused)")
+    parser.add_argument("--render-only", action="store_true",
+                        help="measure nothing: rewrite the docs section from the kept results")
     parser.add_argument("--no-docs", action="store_true",
                         help="keep the result out of benchmarks/results and docs/BENCHMARKS.md (a trial run)")
     return parser.parse_args(argv)
@@ -144,7 +146,8 @@ def bench(args: argparse.Namespace) -> Dict:
         summary_path = Path(args.tuned_work_dir) / "tuning_summary.json"
         summary = read_tuning_summary(args.tuned_work_dir) if summary_path.exists() else {}
         tuned = {"work_dir": str(args.tuned_work_dir), "import": args.tuned_import, "variant": args.variant,
-                 "records": len(database), "max_trials": summary.get("max_trials")}
+                 "records": len(database), "max_trials": summary.get("max_trials"),
+                 "tasks": len(summary.get("tasks", [])) or None}
         add_tvm(f"TVM tuned ({args.variant}, {args.tuned_import} import)",
                 compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
 
@@ -190,6 +193,17 @@ def result_key(result: Dict) -> str:
     return f"{result['model']}/{result['image_size']}/{mcpu}"
 
 
+def busy_note(result: Dict) -> str:
+    """A warning when the machine had more runnable work than CPUs as timing began."""
+    load = result.get("load_average_before_timing")
+    cpus = os.cpu_count() or 1
+    if load is None or load <= max(1.0, 0.5 * cpus):
+        return ""
+    return (f"**Measured while other work kept this {cpus}-CPU machine busy (1-minute load average {load}): "
+            "every time is inflated and spread out; take the ratios as rough and rerun on a quiet machine "
+            "for real figures.**\n\n")
+
+
 def model_table(result: Dict) -> str:
     from benchmarks.markdown_report import markdown_table
 
@@ -202,8 +216,10 @@ def model_table(result: Dict) -> str:
     tuned = result.get("tuned")
     budget = ("" if not tuned else
               f" TVM tuned: work dir `{tuned['work_dir']}` ({tuned['records']} records"
+              + (f" for {tuned['tasks']} tasks" if tuned.get("tasks") else "")
               + (f", tuned with a budget of {tuned['max_trials']} trials" if tuned.get("max_trials") else "")
-              + f", rule set `{tuned['variant']}`, tuned from the {tuned['import']} import).")
+              + f", rule set `{tuned['variant']}`, tuned from the {tuned['import']} import; a few trials per "
+              "task are mostly random samples, far below a real tune's ~1000 per task).")
     return (
         f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}, "
         f"{result['threads']} threads\n\n"
@@ -215,6 +231,7 @@ def model_table(result: Dict) -> str:
         f"{result['machine']}; vector extensions: {', '.join(result.get('cpu_features') or ['?'])}. Computed {result['date']} (commit {result['commit']}), command "
         f"`{result['command']}`. Largest distance of each TVM build from its reference (ONNX Runtime for "
         f"the ONNX import, PyTorch for the TorchScript one), in output quantization steps: {steps}.{budget}\n\n"
+        + busy_note(result)
         + markdown_table(["configuration", "median ms", "min - max ms", "/ ONNX Runtime", "/ PyTorch"], rows)
         + "\n"
     )
@@ -222,17 +239,18 @@ def model_table(result: Dict) -> str:
 
 def main() -> int:
     args = parse_args(sys.argv[1:])
-    ensure_tvm_threads(args.threads)
-    result = bench(args)
-    print(model_table(result), flush=True)
-    if args.no_docs:
-        return 0
+    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.render_only:
+        ensure_tvm_threads(args.threads)
+        result = bench(args)
+        print(model_table(result), flush=True)
+        if args.no_docs:
+            return 0
+        stored[result_key(result)] = result
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
     from benchmarks.markdown_report import write_section
 
-    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    stored[result_key(result)] = result
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
     body = (
         "ONNX Runtime's int8 execution of the model exported to ONNX and quantized QDQ by ONNX Runtime "
         "(`quantize_static`, uint8 activations, per-channel int8 weights, MinMax calibration on the same "
@@ -240,7 +258,8 @@ def main() -> int:
         "both imports. Weights are random (fixed seed). Each table names the command that measured it.\n\n"
         + "\n".join(model_table(stored[key]) for key in sorted(stored))
     )
-    write_section("onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM", body)
+    write_section("onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM", body,
+                  command=["-m", "benchmarks.onnx_latency", *sys.argv[1:]])
     print("wrote docs/BENCHMARKS.md section onnx_latency")
     return 0
 
