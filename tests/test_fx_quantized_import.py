@@ -16,7 +16,7 @@ from relay_ext.tuning import extract_tasks
 LLVM = "llvm -num-cores 2"
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"  # QNN convs lower to uint8 x int8 here
 IMAGE_SIZE = 16
-MAX_STEPS = 3  # the bound; measured: 0 steps (4-7 with TVM's truncating average pool)
+MAX_STEPS = 3  # the bound; measured: at most 2 steps over 10 inputs, untuned
 TOLERANCE = 1e-3
 
 

@@ -20,7 +20,7 @@ LLVM = "llvm -num-cores 2"
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 IMAGE_SHAPE = (1, 3, 16, 16)
 MLP_SHAPE = (1, 64)
-MAX_STEPS = 3  # the bound; measured: 0-1 steps for these two models
+MAX_STEPS = 3  # the bound; measured untuned over 10 inputs: residual 1 step, MLP 0
 TOLERANCE = 1e-3
 
 
