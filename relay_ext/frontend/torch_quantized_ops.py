@@ -21,8 +21,8 @@ not offer a hook for are added while it runs (:func:`quantized_op_hooks`):
 
 The same map replaces TVM's conversion of ``aten::adaptive_avg_pool2d`` on a quantized tensor:
 TVM averages in int32, where division truncates, PyTorch rounds to nearest; on an
-EfficientNet-style FX net (squeeze-excitation pools and a global pool before the classifier) that
-alone put TVM 4-7 output steps from PyTorch, 0 with the rounded pool
+EfficientNet-style FX net (squeeze-excitation pools and a global pool before the classifier; 32x32,
+4 inputs) that alone put TVM 4-7 output steps from PyTorch, 0 with the rounded pool
 (:func:`rounded_adaptive_avg_pool2d`).
 
 The converted batch norm stays int8 in and int8 out, as PyTorch's: it computes what PyTorch's
