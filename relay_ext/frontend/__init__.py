@@ -1,7 +1,15 @@
 """Step 1 of the data path: quantized models in, a Relay module out.
 
-:mod:`.models` builds the built-in quantized PyTorch models (:mod:`.quantizable_nets`, random
-weights, calibrated on random data) and imports TorchScript files with TVM's PyTorch frontend,
-returning a :class:`~relay_ext.frontend.models.LoadedModel` (Relay module, params, the reference
-module and its example input). Nothing here tunes or builds.
+* :mod:`.models` -- the built-in quantized PyTorch models (:mod:`.quantizable_nets`, random
+  weights, calibrated on random data) and TorchScript files, as a
+  :class:`~relay_ext.frontend.models.LoadedModel` (Relay module, params, the reference runtime and
+  an example input);
+* :mod:`.torch_quantized_ops` -- TVM's PyTorch import with the quantized ops TVM 0.19 lacks
+  (FX's ``quantized::batch_norm2d``, functional packed convs, PyTorch's rounded average pool);
+* :mod:`.onnx_import` -- QDQ (and QOperator) ONNX models made integer
+  (``FakeQuantizationToInteger``), with ONNX Runtime (:mod:`.onnx_runtime`) as their reference;
+  :mod:`.onnx_export` -- a built-in model exported and quantized by ONNX Runtime;
+  :mod:`.optional_deps` -- the one clear error when ``onnx``/``onnxruntime`` are missing.
+
+Nothing here tunes or builds.
 """

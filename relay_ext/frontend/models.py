@@ -4,7 +4,9 @@
 random weights from a fixed seed, quantizes it with PyTorch eager-mode static quantization (module
 fusion, the x86 qconfig, calibration on random batches), traces it to TorchScript and imports it
 with TVM's PyTorch frontend. ``from_torchscript(path, input_shapes)`` imports a user's own
-TorchScript file the same way. Both return a :class:`LoadedModel`.
+TorchScript file the same way. Both return a :class:`LoadedModel`. The import adds converters for
+quantized ops TVM 0.19's frontend lacks or rounds unlike PyTorch
+(:mod:`relay_ext.frontend.torch_quantized_ops`).
 
 With ``layout="NHWC"`` the Relay module's ``qnn.conv2d`` ops are converted to NHWC data / HWIO
 kernel layout; the model's input stays NCHW, as PyTorch's.
@@ -29,6 +31,7 @@ from tvm import relay
 from meta_rules.tvm_errors import tvm_error_message
 
 from . import quantizable_nets
+from . import torch_quantized_ops
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +48,20 @@ NHWC_CONV_LAYOUTS = {"qnn.conv2d": ["NHWC", "default"], "nn.conv2d": ["NHWC", "d
 
 @dataclass
 class LoadedModel:
-    """A model ready for TVM, with what is needed to check it against PyTorch.
+    """A model ready for TVM, with what is needed to check it against its reference runtime.
 
     ``output_scale`` is the quantization step of the model's output (the scale of the
     ``dequantize`` that produces it), or None for a model whose output is not dequantized (a float
-    model). ``input_shape`` is always the shape the TorchScript module takes.
+    model). ``input_shape`` is always the shape the source model takes.
+
+    The reference is the runtime the model came from, whose output TVM's is compared with:
+    ``reference`` (input array -> first output) named ``reference_name``, or, when ``reference`` is
+    None, the TorchScript module (``reference_name`` "PyTorch"). An ONNX model has no
+    ``torchscript`` and ONNX Runtime as its reference (:mod:`relay_ext.frontend.onnx_import`).
     """
 
     name: str
-    torchscript: torch.jit.ScriptModule
+    torchscript: torch.jit.ScriptModule | None
     mod: tvm.IRModule
     params: dict[str, tvm.nd.NDArray]
     input_name: str
@@ -62,11 +70,31 @@ class LoadedModel:
     output_scale: float | None
     layout: str
     quantized: bool = True
+    reference: Callable[[np.ndarray], np.ndarray] | None = None
+    reference_name: str = "PyTorch"
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
         """The example input keyed by the Relay input name, as executors take it."""
         return {self.input_name: self.example_input}
+
+    def run_reference(self, data: np.ndarray | None = None) -> np.ndarray:
+        """The reference runtime's (first) output on ``data`` (default: the example input)."""
+        data = self.example_input if data is None else data
+        if self.reference is not None:
+            return self.reference(data)
+        if self.torchscript is None:
+            raise ValueError(f"model {self.name!r} has neither a reference runtime nor a TorchScript module")
+        return run_torchscript(self.torchscript, data)
+
+
+def run_torchscript(module: torch.jit.ScriptModule, example_input: np.ndarray) -> np.ndarray:
+    """The TorchScript module's (first) output on ``example_input``, as numpy."""
+    with torch.no_grad():
+        output = module(torch.from_numpy(np.ascontiguousarray(example_input)))
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    return output.detach().numpy()
 
 
 @dataclass(frozen=True)
@@ -285,7 +313,7 @@ def _import_to_relay(
     layout: str,
 ) -> LoadedModel:
     try:
-        mod, params = relay.frontend.from_pytorch(torchscript, [(input_name, input_shape)])
+        mod, params = torch_quantized_ops.from_pytorch(torchscript, [(input_name, input_shape)])
     except Exception as error:  # the frontend raises anything from asserts to TVMError
         raise ValueError(
             f"TVM's PyTorch frontend could not import {name!r} with input {input_name} {input_shape}: "

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
 
-from ..frontend.models import LoadedModel
+from ..frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
+from ..frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
 from ..lowering import vnni_intrinsics
 from ..tuning.build import copy_module, run_module
 
@@ -53,15 +53,6 @@ def step_error(tvm_output: np.ndarray, torch_output: np.ndarray, scale: float) -
     return StepError(float(steps.max()), float(steps.mean()), float(np.mean(steps < 0.1)))
 
 
-def run_torchscript(module: torch.jit.ScriptModule, example_input: np.ndarray) -> np.ndarray:
-    """The TorchScript module's (first) output on ``example_input``, as numpy."""
-    with torch.no_grad():
-        output = module(torch.from_numpy(np.ascontiguousarray(example_input)))
-    if isinstance(output, (tuple, list)):
-        output = output[0]
-    return output.detach().numpy()
-
-
 def build_untuned(
     mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None, target: str = "llvm"
 ) -> tvm.relay.backend.executor_factory.ExecutorFactoryModule:
@@ -88,23 +79,27 @@ def run_untuned(
     return run_module(build_untuned(mod, params, target), inputs)
 
 
-def compare_untuned_with_torch(model: LoadedModel, target: str = "llvm") -> StepError:
-    """Step error of TVM's untuned build of ``model`` against its TorchScript module, on the
-    example input. Needs a quantized model (one with an output scale)."""
+def compare_untuned_with_reference(model: LoadedModel, target: str = "llvm") -> StepError:
+    """Step error of TVM's untuned build of ``model`` against its reference runtime (the
+    TorchScript module, or ONNX Runtime for an ONNX model), on the example input. Needs a quantized
+    model (one with an output scale)."""
     if model.output_scale is None:
         raise ValueError(f"model {model.name!r} has no output quantization scale (is it quantized?)")
     tvm_output = run_untuned(model.mod, model.params, model.inputs, target)[0]
-    torch_output = run_torchscript(model.torchscript, model.example_input)
-    error = step_error(tvm_output, torch_output, model.output_scale)
+    error = step_error(tvm_output, model.run_reference(), model.output_scale)
     logger.info(
-        "%s (%s): TVM vs PyTorch max %.2f steps, mean %.3f, %.1f%% equal",
+        "%s (%s): TVM vs %s max %.2f steps, mean %.3f, %.1f%% equal",
         model.name,
         model.layout,
+        model.reference_name,
         error.max_steps,
         error.mean_steps,
         100 * error.fraction_equal,
     )
     return error
+
+
+compare_untuned_with_torch = compare_untuned_with_reference  # the name before ONNX models came
 
 
 # --- diagnosis: round like PyTorch --------------------------------------------------------------
@@ -127,13 +122,9 @@ class _RoundedIntegerAveragePool(pattern.DFPatternCallback):
     def callback(self, pre: relay.Expr, post: relay.Expr, node_map: dict) -> relay.Expr:
         data = node_map[self.data][0]
         pool = node_map[self.pool][0]
-        averaged = relay.nn.adaptive_avg_pool2d(
-            relay.cast(data, "float32"),
-            output_size=pool.attrs.output_size,
-            layout=pool.attrs.layout,
-            out_layout=pool.attrs.out_layout,
+        return rounded_adaptive_avg_pool2d(
+            data, pool.attrs.output_size, layout=pool.attrs.layout, out_layout=pool.attrs.out_layout
         )
-        return relay.cast(relay.round(averaged), "uint8")
 
 
 class _FloatQuantizedAdd(pattern.DFPatternCallback):

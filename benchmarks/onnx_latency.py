@@ -1,0 +1,270 @@
+"""CPU latency of an int8 model in ONNX Runtime, PyTorch and TVM, timed in interleaved rounds.
+
+    python -m benchmarks.onnx_latency [--model resnet50] [--image-size 224] [--threads 2]
+        [--repeats 9] [--number 5] [--tuned-work-dir DIR [--tuned-import torchscript|onnx]
+        [--variant ours] [--tune-trials N]] [--settle-ms 100] [--work-root /tmp/quantfuse-onnx-latency]
+
+One built-in model (random weights from a fixed seed), batch 1, in the configurations a CPU user
+compares:
+
+* ONNX Runtime int8: the float network exported to ONNX and quantized QDQ with ONNX Runtime's
+  ``quantize_static`` (:func:`relay_ext.frontend.onnx_export.export_quantized`), CPU execution
+  provider, ``intra_op_num_threads = --threads``;
+* PyTorch int8: the same weights quantized with PyTorch eager mode (x86/fbgemm), as
+  :func:`relay_ext.frontend.models.load` makes it, ``torch.set_num_threads(--threads)``;
+* TVM untuned, from the ONNX file (:func:`relay_ext.frontend.onnx_import.from_onnx`) and from the
+  TorchScript module: TVM's default schedules;
+* TVM tuned, when ``--tuned-work-dir`` names a work dir that ``quantfuse tune`` (or
+  :func:`relay_ext.tuning.tune`) filled for the same model, size and target; with
+  ``--tune-trials N`` the script first tunes it up to N records itself (the small evolutionary
+  search of ``benchmarks.cpu_latency``, one search thread, seed ``--seed``; a rerun resumes).
+
+TVM's thread pool takes its size from ``TVM_NUM_THREADS`` when it starts; ``runtime.config_threadpool``
+does not widen it in this build (TVM would run on 1 thread here). The script sets
+``TVM_NUM_THREADS=--threads`` before anything starts TVM's runtime (re-executing itself if the
+variable was set otherwise) and records the pool size TVM reports. Each round times every
+configuration once (the mean of ``--number`` runs, after a ``--settle-ms`` pause that lets the
+previous runtime's spinning worker threads go idle), so load changes hit all alike; reported are
+the median and min-max over rounds. Each TVM build's output is compared with its own reference
+(ONNX Runtime for the ONNX import, PyTorch for the TorchScript import) in output quantization
+steps; the ONNX and PyTorch models are two different quantizations of one float network, so their
+outputs are not compared with each other. Results are kept in ``benchmarks/results/onnx_latency.json``
+(one per model, image size and -mcpu) and the section ``onnx_latency`` of docs/BENCHMARKS.md is
+rendered from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+RESULTS = Path(__file__).resolve().parent / "results" / "onnx_latency.json"
+THREADS_VARIABLE = "TVM_NUM_THREADS"
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", help="a built-in image model (default resnet50)")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved timing rounds")
+    parser.add_argument("--number", type=int, default=5, help="runs per configuration and round")
+    parser.add_argument("--seed", type=int, default=0, help="weights and calibration data")
+    parser.add_argument("--target", default=None,
+                        help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS))")
+    parser.add_argument("--tuned-work-dir", default=None,
+                        help="a tuning work dir for this model, size and target: adds TVM tuned")
+    parser.add_argument("--tuned-import", choices=("torchscript", "onnx"), default="torchscript",
+                        help="which import the work dir was tuned from (default torchscript)")
+    parser.add_argument("--variant", default="ours", help="rule set the work dir was tuned with")
+    parser.add_argument("--tune-trials", type=int, default=0,
+                        help="first tune the --tuned-import module into --tuned-work-dir until it holds "
+                             "this many records (a rerun resumes; 0: use the work dir as it is)")
+    parser.add_argument("--settle-ms", type=float, default=100.0,
+                        help="pause between configurations, so that one runtime's spinning worker "
+                             "threads are idle before the next is timed")
+    parser.add_argument("--ort-no-spinning", action="store_true",
+                        help="ONNX Runtime without spinning worker threads (its default spins)")
+    parser.add_argument("--work-root", default="/tmp/quantfuse-onnx-latency",
+                        help="where the quantized ONNX file is written (and reused)")
+    parser.add_argument("--render-only", action="store_true",
+                        help="measure nothing: rewrite the docs section from the kept results")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="keep the result out of benchmarks/results and docs/BENCHMARKS.md (a trial run)")
+    return parser.parse_args(argv)
+
+
+def ensure_tvm_threads(threads: int) -> None:
+    """Re-execute this script with TVM_NUM_THREADS=threads unless it is already set so."""
+    if os.environ.get(THREADS_VARIABLE) != str(threads):
+        environment = dict(os.environ, **{THREADS_VARIABLE: str(threads)})
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.onnx_latency", *sys.argv[1:]], environment)
+
+
+def bench(args: argparse.Namespace) -> Dict:
+    # Imported here: TVM's runtime must not start before TVM_NUM_THREADS is set.
+    import torch
+    import tvm
+    from tvm import meta_schedule as ms
+
+    from benchmarks.markdown_report import current_commit
+    from relay_ext import models
+    from relay_ext.report.accuracy import build_untuned, step_error
+    from relay_ext.lowering.config import BUILD_OPTIONS
+    from relay_ext.frontend.onnx_export import export_quantized
+    from relay_ext.frontend.onnx_import import from_onnx
+    from relay_ext.frontend.onnx_runtime import onnxruntime_timer
+    from relay_ext.report.latency import torch_timer, tvm_timer
+    from relay_ext.report.tables import machine_description
+    from benchmarks.cpu_latency import search_strategy
+    from relay_ext.lowering.targets import host_llvm_target, normalize_target
+    from relay_ext.tuning import compile_model, read_tuning_summary, tune
+
+    pool = tvm.get_global_func("runtime.NumThreads")()
+    if pool != args.threads:
+        raise SystemExit(f"TVM's thread pool has {pool} threads, not {args.threads}: is {THREADS_VARIABLE} overridden?")
+    target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
+    torch_model = models.load(args.model, image_size=args.image_size, seed=args.seed)
+    onnx_path = Path(args.work_root) / f"{args.model}_{args.image_size}_seed{args.seed}_qdq.onnx"
+    if not onnx_path.exists():
+        onnx_path.parent.mkdir(parents=True, exist_ok=True)
+        export_quantized(args.model, onnx_path, image_size=args.image_size, seed=args.seed)
+    onnx_model = from_onnx(onnx_path, seed=args.seed)
+    print(f"{args.model} {args.image_size}: ONNX file {onnx_path}; target {target}", flush=True)
+
+    timers: Dict[str, Callable[[], float]] = {}
+    steps: Dict[str, float] = {}
+    output, timers["ONNX Runtime int8"] = onnxruntime_timer(onnx_path, onnx_model.inputs, args.number, args.threads,
+                                                            allow_spinning=not args.ort_no_spinning)
+    timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input, args.number)
+
+    def add_tvm(label: str, lib, loaded) -> None:
+        output, timers[label] = tvm_timer(lib, loaded.inputs, args.number)
+        steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
+        print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
+
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        add_tvm("TVM untuned (ONNX import)", build_untuned(onnx_model.mod, onnx_model.params, target), onnx_model)
+        add_tvm("TVM untuned (TorchScript import)", build_untuned(torch_model.mod, torch_model.params, target),
+                torch_model)
+    tuned = None
+    if args.tuned_work_dir:
+        loaded = onnx_model if args.tuned_import == "onnx" else torch_model
+        Path(args.tuned_work_dir).mkdir(parents=True, exist_ok=True)
+        database = ms.database.JSONDatabase(work_dir=args.tuned_work_dir)
+        if len(database) < args.tune_trials:
+            print(f"  tuning {args.tune_trials - len(database)} trials into {args.tuned_work_dir}", flush=True)
+            database = tune(loaded.mod, loaded.params, target, args.tuned_work_dir,
+                            max_trials=args.tune_trials - len(database), variant=args.variant, seed=args.seed,
+                            strategy=search_strategy(), num_tuning_cores=1)
+        summary_path = Path(args.tuned_work_dir) / "tuning_summary.json"
+        summary = read_tuning_summary(args.tuned_work_dir) if summary_path.exists() else {}
+        tuned = {"work_dir": str(args.tuned_work_dir), "import": args.tuned_import, "variant": args.variant,
+                 "records": len(database), "max_trials": summary.get("max_trials"),
+                 "tasks": len(summary.get("tasks", [])) or None}
+        add_tvm(f"TVM tuned ({args.variant}, {args.tuned_import} import)",
+                compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
+
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    samples: Dict[str, List[float]] = {label: [] for label in timers}
+    load_before = os.getloadavg()[0]
+    try:
+        for _ in range(args.repeats):  # interleaved: each round times every configuration once
+            for label, one_round in timers.items():
+                time.sleep(args.settle_ms / 1e3)
+                samples[label].append(one_round())
+    finally:
+        torch.set_num_threads(torch_threads)
+    return {
+        "model": args.model, "image_size": args.image_size, "target": str(target), "threads": args.threads,
+        "tvm_pool_threads": pool, "settle_ms": args.settle_ms, "ort_spinning": not args.ort_no_spinning,
+        "repeats": args.repeats, "number": args.number, "seed": args.seed,
+        "tuned": tuned, "max_steps": steps, "samples_s": samples,
+        "load_average_before_timing": round(load_before, 2), "machine": machine_description(),
+        "cpu_features": cpu_features(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": current_commit(),
+        "command": shlex.join(["python", "-m", "benchmarks.onnx_latency", *sys.argv[1:]]),
+    }
+
+
+VECTOR_FEATURES = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_features() -> List[str]:
+    """The int8-relevant vector extensions /proc/cpuinfo lists (the CPU's model name may be generic)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [feature for feature in VECTOR_FEATURES if feature in flags]
+
+
+def result_key(result: Dict) -> str:
+    mcpu = result["target"].split("-mcpu=")[1].split()[0] if "-mcpu=" in result["target"] else "generic"
+    return f"{result['model']}/{result['image_size']}/{mcpu}"
+
+
+def busy_note(result: Dict) -> str:
+    """A warning when the machine had more runnable work than CPUs as timing began."""
+    load = result.get("load_average_before_timing")
+    cpus = os.cpu_count() or 1
+    if load is None or load <= max(1.0, 0.5 * cpus):
+        return ""
+    return (f"**Measured while other work kept this {cpus}-CPU machine busy (1-minute load average {load}): "
+            "every time is inflated and spread out; take the ratios as rough and rerun on a quiet machine "
+            "for real figures.**\n\n")
+
+
+def model_table(result: Dict) -> str:
+    from benchmarks.markdown_report import markdown_table
+
+    samples = result["samples_s"]
+    medians = {label: statistics.median(values) for label, values in samples.items()}
+    rows = [[label, f"{medians[label] * 1e3:.2f}", f"{min(values) * 1e3:.2f} - {max(values) * 1e3:.2f}",
+             f"{medians[label] / medians['ONNX Runtime int8']:.2f}", f"{medians[label] / medians['PyTorch int8']:.2f}"]
+            for label, values in samples.items()]
+    steps = ", ".join(f"{label} {value:.0f}" for label, value in result["max_steps"].items())
+    tuned = result.get("tuned")
+    budget = ("" if not tuned else
+              f" TVM tuned: work dir `{tuned['work_dir']}` ({tuned['records']} records"
+              + (f" for {tuned['tasks']} tasks" if tuned.get("tasks") else "")
+              + (f", tuned with a budget of {tuned['max_trials']} trials" if tuned.get("max_trials") else "")
+              + f", rule set `{tuned['variant']}`, tuned from the {tuned['import']} import; a few trials per "
+              "task are mostly random samples, far below a real tune's ~1000 per task).")
+    return (
+        f"### int8 {result['model']}, batch 1, {result['image_size']}x{result['image_size']}, "
+        f"{result['threads']} threads\n\n"
+        f"Target `{result['target']}`; TVM's thread pool: {result['tvm_pool_threads']} threads "
+        f"(`TVM_NUM_THREADS`); ONNX Runtime's worker threads {'spin' if result.get('ort_spinning', True) else 'do not spin'} "
+        f"(its default is to spin). {result['repeats']} interleaved rounds, each the mean of {result['number']} runs "
+        f"with a {result.get('settle_ms', 0):.0f} ms pause before each configuration "
+        f"(1-minute load average when timing began: {result['load_average_before_timing']}). Machine: "
+        f"{result['machine']}; vector extensions: {', '.join(result.get('cpu_features') or ['?'])}. Computed {result['date']} (commit {result['commit']}), command "
+        f"`{result['command']}`. Largest distance of each TVM build from its reference (ONNX Runtime for "
+        f"the ONNX import, PyTorch for the TorchScript one), in output quantization steps: {steps}.{budget}\n\n"
+        + busy_note(result)
+        + markdown_table(["configuration", "median ms", "min - max ms", "/ ONNX Runtime", "/ PyTorch"], rows)
+        + "\n"
+    )
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.render_only:
+        ensure_tvm_threads(args.threads)
+        result = bench(args)
+        print(model_table(result), flush=True)
+        if args.no_docs:
+            return 0
+        stored[result_key(result)] = result
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
+    from benchmarks.markdown_report import write_section
+
+    body = (
+        "ONNX Runtime's int8 execution of the model exported to ONNX and quantized QDQ by ONNX Runtime "
+        "(`quantize_static`, uint8 activations, per-channel int8 weights, MinMax calibration on the same "
+        "random samples PyTorch's model is calibrated on), beside PyTorch's int8 module and TVM's builds of "
+        "both imports. Weights are random (fixed seed). Each table names the command that measured it.\n\n"
+        + "\n".join(model_table(stored[key]) for key in sorted(stored))
+    )
+    write_section("onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM", body,
+                  command=["-m", "benchmarks.onnx_latency", *sys.argv[1:]])
+    print("wrote docs/BENCHMARKS.md section onnx_latency")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

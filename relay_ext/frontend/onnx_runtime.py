@@ -1,0 +1,108 @@
+"""ONNX Runtime on the CPU: the reference an ONNX model's TVM build is checked against, and its timer.
+
+:class:`OnnxRuntimeReference` runs a model file with ONNX Runtime's CPU execution provider and is
+what :attr:`relay_ext.frontend.models.LoadedModel.reference` holds for an ONNX model.
+:func:`onnxruntime_timer` mirrors :func:`relay_ext.report.latency.torch_timer` so that a benchmark
+can time ONNX Runtime in the same interleaved rounds as TVM and PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .optional_deps import require_onnxruntime
+
+ModelSource = str | os.PathLike | bytes
+
+
+def onnxruntime_session(model: ModelSource, threads: int | None = None, allow_spinning: bool = True) -> Any:
+    """An ``onnxruntime.InferenceSession`` on the CPU execution provider for a model file (or its
+    bytes). ``threads``: ``intra_op_num_threads`` (the threads one op may use; ``inter_op`` is 1,
+    ops run one after another), None for ONNX Runtime's default (one per physical core). Other
+    session options are ONNX Runtime's defaults (all graph optimizations), as a user running the
+    model would have them.
+
+    ``allow_spinning`` (ONNX Runtime's default, True): worker threads spin for a while after their
+    work instead of sleeping, which is faster for ONNX Runtime but takes CPU time from whatever runs
+    next on the same cores. In a check on this 2-core machine (loaded by other work, so noisy),
+    PyTorch timed right after ONNX Runtime runs of a tiny model took 0.1-1.6 ms with spinning off
+    and up to 61 ms with it on. When timing several runtimes in turn, pause between them or pass
+    False.
+    """
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: the CPU provider warns about unused initializers
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = 1
+    if not allow_spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads is not None:
+        if int(threads) < 1:
+            raise ValueError(f"threads must be a positive number, got {threads!r}")
+        options.intra_op_num_threads = int(threads)
+    source = model if isinstance(model, bytes) else os.fspath(model)
+    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class OnnxRuntimeReference:
+    """The model's first output from ONNX Runtime (CPU), as a function of the input array.
+
+    ``path`` is the model file, so that a benchmark can open its own session with its own thread
+    count (:func:`onnxruntime_timer`). The session is opened on first use.
+    """
+
+    name = "ONNX Runtime"
+
+    def __init__(self, path: str | os.PathLike, input_name: str, threads: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.input_name = input_name
+        self.threads = threads
+        self._session: Any = None
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            self._session = onnxruntime_session(self.path, self.threads)
+        return self._session
+
+    def __call__(self, data: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input_name: np.ascontiguousarray(data, dtype=np.float32)})[0]
+
+    def __repr__(self) -> str:
+        return f"OnnxRuntimeReference({self.path!r}, {self.input_name!r})"
+
+
+def onnxruntime_timer(
+    model: ModelSource | OnnxRuntimeReference,
+    inputs: Mapping[str, np.ndarray],
+    number: int,
+    threads: int,
+    allow_spinning: bool = True,
+) -> tuple[np.ndarray, Callable[[], float]]:
+    """Open an ONNX Runtime CPU session with ``intra_op_num_threads=threads``, run it once on
+    ``inputs`` (warm-up) and return its first output with a function that times one round: the
+    mean seconds of ``number`` runs.
+
+    ``model`` is a file path, the model's bytes, or an :class:`OnnxRuntimeReference` (its file is
+    opened again, with ``threads``). ``allow_spinning``: see :func:`onnxruntime_session`.
+    """
+    if int(number) < 1:
+        raise ValueError(f"number must be a positive number of runs, got {number!r}")
+    source = model.path if isinstance(model, OnnxRuntimeReference) else model
+    session = onnxruntime_session(source, threads, allow_spinning)
+    feed = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
+    first_output = session.get_outputs()[0].name
+
+    def one_round() -> float:
+        start = time.perf_counter()
+        for _ in range(number):
+            session.run([first_output], feed)
+        return (time.perf_counter() - start) / number
+
+    output = session.run([first_output], feed)[0]
+    return output, one_round

@@ -1,0 +1,193 @@
+"""Small networks written for the import tests, and the two ways users quantize them.
+
+* :class:`ResidualConvNet` and :class:`SmallMLP`: float networks exported to ONNX and quantized
+  QDQ with ONNX Runtime (:func:`qdq_onnx`).
+* :class:`EfficientNetStyle`: quantized with PyTorch's FX graph mode (:func:`fx_quantized_torchscript`)
+  the way efficientnet-pytorch's EfficientNet-B0 is: its convs pad "same" in their own
+  ``forward`` (``Conv2dStaticSamePadding``), so FX sees functional convs and leaves the batch
+  norms after them unfused (``quantized::batch_norm2d``, ``quantized::batch_norm2d_relu``); a
+  depthwise conv, hardswish and a squeeze-excitation block (pool, two 1x1 convs, sigmoid, mul).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tvm
+from torch import nn
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+from helpers import small_search
+from relay_ext import models
+from relay_ext.report.accuracy import step_error
+from relay_ext.frontend import onnx_export
+from relay_ext.tuning import compile_model, run_module, tune
+
+CALIBRATION_BATCHES = 4
+
+
+class ResidualConvNet(nn.Module):
+    """conv-bn-relu, conv-bn, residual add + relu, strided conv, global pool, linear."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.down = nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1)
+        self.fc = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(x + self.bn2(self.conv2(x)))
+        x = torch.relu(self.down(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SmallMLP(nn.Module):
+    """Three linear layers with ReLUs (MatMul/Gemm in ONNX)."""
+
+    def __init__(self, features: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class SamePadConv2d(nn.Conv2d):
+    """efficientnet-pytorch's ``Conv2dStaticSamePadding``: pad, then the functional conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, groups: int = 1):
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, groups=groups, bias=False)
+        extra = kernel_size - 1
+        self.pad = nn.ZeroPad2d((extra // 2, extra - extra // 2, extra // 2, extra - extra // 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(self.pad(x), self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, reduced: int) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.relu = nn.ReLU()
+        self.expand = nn.Conv2d(reduced, channels, 1)
+        self.gate = nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(self.expand(self.relu(self.reduce(self.pool(x)))))
+
+
+class EfficientNetStyle(nn.Module):
+    """Stem (same-pad conv, bn, hardswish), an inverted-residual block (depthwise same-pad conv,
+    bn, hardswish, squeeze-excitation, 1x1 projection with its bn, residual add), a head (same-pad
+    1x1 conv, bn, relu), global pool and a linear classifier."""
+
+    CONVS = 6  # stem, depthwise, SE reduce, SE expand, projection, head
+
+    def __init__(self, channels: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = SamePadConv2d(3, channels, 3, stride=2)
+        self.stem_bn = nn.BatchNorm2d(channels)
+        self.stem_act = nn.Hardswish()
+        self.depthwise = SamePadConv2d(channels, channels, 3, groups=channels)
+        self.depthwise_bn = nn.BatchNorm2d(channels)
+        self.depthwise_act = nn.Hardswish()
+        self.se = SqueezeExcite(channels, channels // 4)
+        self.project = nn.Conv2d(channels, channels, 1, bias=False)
+        self.project_bn = nn.BatchNorm2d(channels)
+        self.head = SamePadConv2d(channels, 2 * channels, 1)
+        self.head_bn = nn.BatchNorm2d(2 * channels)
+        self.head_act = nn.ReLU()
+        self.classifier = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem_act(self.stem_bn(self.stem(x)))
+        y = self.depthwise_act(self.depthwise_bn(self.depthwise(x)))
+        y = self.project_bn(self.project(self.se(y)))
+        x = self.head_act(self.head_bn(self.head(x + y)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _seeded(build, seed: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build()
+        models._randomize_batch_norms(model)  # pylint: disable=protected-access
+        return model.eval()
+
+
+def _calibration(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
+    generator = np.random.default_rng(seed)
+    return [generator.standard_normal(shape, dtype=np.float32) for _ in range(CALIBRATION_BATCHES)]
+
+
+def fx_quantized_torchscript(
+    image_size: int = 16, seed: int = 0
+) -> tuple[torch.jit.ScriptModule, tuple[int, ...]]:
+    """:class:`EfficientNetStyle` quantized with FX graph mode (x86 qconfig mapping, calibration on
+    random batches) and traced; returns it with its input shape."""
+    shape = (1, 3, image_size, image_size)
+    model = _seeded(EfficientNetStyle, seed)
+    example = torch.from_numpy(_calibration(shape, seed + 1)[0])
+    with models._quantization_engine("x86"), models._quiet_torch_quantization_warnings():  # pylint: disable=protected-access
+        prepared = prepare_fx(model, get_default_qconfig_mapping("x86"), (example,))
+        with torch.no_grad():
+            for batch in _calibration(shape, seed + 2):
+                prepared(torch.from_numpy(batch))
+        quantized = convert_fx(prepared)
+        with torch.no_grad():
+            traced = torch.jit.trace(quantized, example, check_trace=False)
+    return traced.eval(), shape
+
+
+def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_channel: bool = True) -> Path:
+    """The float network ``build()`` (seeded weights) exported to ONNX and quantized QDQ by ONNX
+    Runtime, calibrated on random batches of ``shape``."""
+    model = _seeded(build, seed)
+    calibration = _calibration(shape, seed + 1)
+    float_path = onnx_export.export_float_onnx(model, calibration[0], path.with_suffix(".float.onnx"))
+    return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
+
+
+def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int = 7) -> float:
+    """Largest step error of the compiled ``lib`` against the model's reference runtime, over the
+    example input and ``extra_inputs`` random normal ones."""
+    generator = np.random.default_rng(seed)
+    inputs = [model.example_input] + [
+        generator.standard_normal(model.input_shape, dtype=np.float32) for _ in range(extra_inputs)
+    ]
+    return max(
+        step_error(run_module(lib, {model.input_name: data})[0], model.run_reference(data), model.output_scale).max_steps
+        for data in inputs
+    )
+
+
+def briefly_tuned(model: models.LoadedModel, target: str, work_dir: Path):
+    """The model tuned for 4 trials (one batch, a small evolutionary search) and compiled with the
+    records; asserts that records were written."""
+    database = tune(model.mod, model.params, target, work_dir, max_trials=4, num_trials_per_iter=4, seed=0,
+                    strategy=small_search())
+    assert len(database) > 0
+    return compile_model(database, model.mod, model.params, target)
+
+
+def conv_block_reads(tasks) -> list[tuple[str, set[str]]]:
+    """For every conv compute block in the tasks' TIR: (task name, dtypes of the buffers it reads)."""
+    found: list[tuple[str, set[str]]] = []
+    for task in tasks:
+        def visit(node, task_name=task.task_name) -> None:
+            if isinstance(node, tvm.tir.Block) and "conv" in node.name_hint.lower():
+                found.append((task_name, {str(region.buffer.dtype) for region in node.reads}))
+
+        tvm.tir.stmt_functor.post_order_visit(task.dispatched[0]["main"].body, visit)
+    return found
