@@ -20,9 +20,9 @@ compares:
   search of ``benchmarks.cpu_latency``, one search thread, seed ``--seed``; a rerun resumes).
 
 TVM's thread pool takes its size from ``TVM_NUM_THREADS`` when it starts; ``runtime.config_threadpool``
-does not widen it in this build (TVM would run on 1 thread here). The script sets
-``TVM_NUM_THREADS=--threads`` before anything starts TVM's runtime (re-executing itself if the
-variable was set otherwise) and records the pool size TVM reports. Each round times every
+does not widen it in this build (TVM would run on 1 thread here). The timing runs in
+:func:`relay_ext.report.latency.with_tvm_threads` (a fresh TVM pool of ``--threads``), which
+records the pool size TVM reports. Each round times every
 configuration once (the mean of ``--number`` runs, after a ``--settle-ms`` pause that lets the
 previous runtime's spinning worker threads go idle), so load changes hit all alike; reported are
 the median and min-max over rounds. Each TVM build's output is compared with its own reference
@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 RESULTS = Path(__file__).resolve().parent / "results" / "onnx_latency.json"
-THREADS_VARIABLE = "TVM_NUM_THREADS"
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -82,15 +81,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ensure_tvm_threads(threads: int) -> None:
-    """Re-execute this script with TVM_NUM_THREADS=threads unless it is already set so."""
-    if os.environ.get(THREADS_VARIABLE) != str(threads):
-        environment = dict(os.environ, **{THREADS_VARIABLE: str(threads)})
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.onnx_latency", *sys.argv[1:]], environment)
-
-
 def bench(args: argparse.Namespace) -> Dict:
-    # Imported here: TVM's runtime must not start before TVM_NUM_THREADS is set.
     import torch
     import tvm
     from tvm import meta_schedule as ms
@@ -102,15 +93,12 @@ def bench(args: argparse.Namespace) -> Dict:
     from relay_ext.frontend.onnx_export import export_quantized
     from relay_ext.frontend.onnx_import import from_onnx
     from relay_ext.frontend.onnx_runtime import onnxruntime_timer
-    from relay_ext.report.latency import torch_timer, tvm_timer
+    from relay_ext.report.latency import interleaved_rounds, torch_timer, tvm_timer, with_tvm_threads
     from relay_ext.report.tables import machine_description
     from benchmarks.cpu_latency import search_strategy
     from relay_ext.lowering.targets import host_llvm_target, normalize_target
     from relay_ext.tuning import compile_model, read_tuning_summary, tune
 
-    pool = tvm.get_global_func("runtime.NumThreads")()
-    if pool != args.threads:
-        raise SystemExit(f"TVM's thread pool has {pool} threads, not {args.threads}: is {THREADS_VARIABLE} overridden?")
     target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
     torch_model = models.load(args.model, image_size=args.image_size, seed=args.seed)
     onnx_path = Path(args.work_root) / f"{args.model}_{args.image_size}_seed{args.seed}_qdq.onnx"
@@ -120,21 +108,11 @@ def bench(args: argparse.Namespace) -> Dict:
     onnx_model = from_onnx(onnx_path, seed=args.seed)
     print(f"{args.model} {args.image_size}: ONNX file {onnx_path}; target {target}", flush=True)
 
-    timers: Dict[str, Callable[[], float]] = {}
-    steps: Dict[str, float] = {}
-    output, timers["ONNX Runtime int8"] = onnxruntime_timer(onnx_path, onnx_model.inputs, args.number, args.threads,
-                                                            allow_spinning=not args.ort_no_spinning)
-    timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input, args.number)
-
-    def add_tvm(label: str, lib, loaded) -> None:
-        output, timers[label] = tvm_timer(lib, loaded.inputs, args.number)
-        steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
-        print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
-
+    libs = {}  # label -> (lib, the model it was built from)
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        add_tvm("TVM untuned (ONNX import)", build_untuned(onnx_model.mod, onnx_model.params, target), onnx_model)
-        add_tvm("TVM untuned (TorchScript import)", build_untuned(torch_model.mod, torch_model.params, target),
-                torch_model)
+        libs["TVM untuned (ONNX import)"] = (build_untuned(onnx_model.mod, onnx_model.params, target), onnx_model)
+        libs["TVM untuned (TorchScript import)"] = (
+            build_untuned(torch_model.mod, torch_model.params, target), torch_model)
     tuned = None
     if args.tuned_work_dir:
         loaded = onnx_model if args.tuned_import == "onnx" else torch_model
@@ -150,18 +128,34 @@ def bench(args: argparse.Namespace) -> Dict:
         tuned = {"work_dir": str(args.tuned_work_dir), "import": args.tuned_import, "variant": args.variant,
                  "records": len(database), "max_trials": summary.get("max_trials"),
                  "tasks": len(summary.get("tasks", [])) or None}
-        add_tvm(f"TVM tuned ({args.variant}, {args.tuned_import} import)",
-                compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
+        libs[f"TVM tuned ({args.variant}, {args.tuned_import} import)"] = (
+            compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
+
+    def settled(one_round: Callable[[], float]) -> Callable[[], float]:
+        def after_a_pause() -> float:  # the previous runtime's spinning threads go idle first
+            time.sleep(args.settle_ms / 1e3)
+            return one_round()
+        return after_a_pause
+
+    def timed_rounds():
+        timers: Dict[str, Callable[[], float]] = {}
+        steps: Dict[str, float] = {}
+        _, timers["ONNX Runtime int8"] = onnxruntime_timer(onnx_path, onnx_model.inputs, args.number, args.threads,
+                                                           allow_spinning=not args.ort_no_spinning)
+        timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input, args.number)
+        for label, (lib, loaded) in libs.items():
+            output, timers[label] = tvm_timer(lib, loaded.inputs, args.number)
+            steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
+            print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
+        pool = tvm.get_global_func("runtime.NumThreads")()
+        samples = interleaved_rounds({k: settled(t) for k, t in timers.items()}, args.repeats)
+        return samples, steps, pool
 
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
-    samples: Dict[str, List[float]] = {label: [] for label in timers}
     load_before = os.getloadavg()[0]
     try:
-        for _ in range(args.repeats):  # interleaved: each round times every configuration once
-            for label, one_round in timers.items():
-                time.sleep(args.settle_ms / 1e3)
-                samples[label].append(one_round())
+        samples, steps, pool = with_tvm_threads(args.threads, timed_rounds)
     finally:
         torch.set_num_threads(torch_threads)
     return {
@@ -181,12 +175,10 @@ VECTOR_FEATURES = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "am
 
 
 def cpu_features() -> List[str]:
-    """The int8-relevant vector extensions /proc/cpuinfo lists (the CPU's model name may be generic)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
-    except OSError:
-        return []
+    """The int8-relevant vector extensions the OS enables (the CPU's model name may be generic)."""
+    from relay_ext.lowering.targets import host_cpu_flags
+
+    flags = host_cpu_flags() or frozenset()
     return [feature for feature in VECTOR_FEATURES if feature in flags]
 
 
@@ -243,7 +235,6 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if not args.render_only:
-        ensure_tvm_threads(args.threads)
         result = bench(args)
         print(model_table(result), flush=True)
         if args.no_docs:

@@ -21,11 +21,10 @@ from torch import nn
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-from helpers import small_search
 from relay_ext import models
 from relay_ext.report.accuracy import step_error
 from relay_ext.frontend import onnx_export
-from relay_ext.tuning import compile_model, run_module, tune
+from relay_ext.tuning import run_module
 
 CALIBRATION_BATCHES = 4
 
@@ -170,15 +169,6 @@ def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int
         step_error(run_module(lib, {model.input_name: data})[0], model.run_reference(data), model.output_scale).max_steps
         for data in inputs
     )
-
-
-def briefly_tuned(model: models.LoadedModel, target: str, work_dir: Path):
-    """The model tuned for 4 trials (one batch, a small evolutionary search) and compiled with the
-    records; asserts that records were written."""
-    database = tune(model.mod, model.params, target, work_dir, max_trials=4, num_trials_per_iter=4, seed=0,
-                    strategy=small_search())
-    assert len(database) > 0
-    return compile_model(database, model.mod, model.params, target)
 
 
 def conv_block_reads(tasks) -> list[tuple[str, set[str]]]:

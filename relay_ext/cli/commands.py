@@ -11,6 +11,7 @@ from . import EXIT_INTERRUPTED
 from .inputs import (
     check_model,
     check_runs_here,
+    is_model_file,
     load_model,
     resolve_target,
     rpc_runner,
@@ -124,15 +125,31 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def onnx_export_for_bench(model: str, image_size: int, work_dir: Path):
+    """A built-in model's ONNX export, quantized by ONNX Runtime, for bench's ONNX Runtime row
+    (kept in the work dir); None with a note when onnx/onnxruntime are not installed."""
+    from relay_ext.frontend.onnx_export import export_quantized
+    from relay_ext.frontend.optional_deps import MissingDependency
+
+    path = work_dir / f"{model}_{image_size}_qdq.onnx"
+    if path.exists():
+        return path
+    try:
+        return export_quantized(model, path, image_size=image_size)
+    except MissingDependency as error:
+        print(f"(no ONNX Runtime row: {error})")
+        return None
+
+
 def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repeats: int = 10,
-          number: int = 10, threads=None):
+          number: int = 10, threads=None, onnx_model=None):
     """Measure, print the table, write report.md and the chart; returns the BenchResult."""
     from relay_ext.report.latency import measure_latency
     from relay_ext.report.latency_report import write_report
     from relay_ext.report.tables import text_table
 
     result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
-                             threads=threads)
+                             threads=threads, onnx_model=onnx_model)
     print(f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
           f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
     print(f"TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization "
@@ -161,6 +178,8 @@ def cmd_bench(args) -> int:
     if loaded.output_scale is None:
         raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
     warn_if_generic_llvm(args.target, run.target)
+    built_in = not is_model_file(args.model)
+    onnx_model = onnx_export_for_bench(args.model, args.image_size, work_dir) if built_in else None
     bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
-          args.threads)
+          args.threads, onnx_model)
     return 0

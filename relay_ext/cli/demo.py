@@ -7,7 +7,7 @@ import os
 import time
 
 from . import EXIT_FAILED
-from .commands import bench, measured_line, print_fusion_table
+from .commands import bench, measured_line, onnx_export_for_bench, print_fusion_table
 from .inputs import resolve_target, writable_dir
 
 MODEL = "tiny_resnet"
@@ -52,8 +52,11 @@ def cmd_demo(args) -> int:
     RunDescription(MODEL, None, args.image_size, "NCHW", llvm, "ours").write(work_dir)
     print(f"{len(database)} records; {measured_line(read_tuning_summary(work_dir))}")
 
-    step("compile with the tuned records, check against PyTorch, time TVM and PyTorch")
-    result = bench(loaded, database, work_dir, llvm, "ours", repeats=10, number=10)
+    step("compile with the tuned records, check against PyTorch, time TVM, PyTorch and ONNX "
+         "Runtime")
+    onnx_model = onnx_export_for_bench(MODEL, args.image_size, work_dir)
+    result = bench(loaded, database, work_dir, llvm, "ours", repeats=10, number=10,
+                   onnx_model=onnx_model)
     ok = round(result.max_steps, 3) <= 3  # whole steps apart, up to float rounding
     step(f"done: TVM tuned is {result.max_steps:.2f} quantization steps from PyTorch "
          f"({'OK' if ok else 'MORE THAN 3'}); report in {work_dir}")

@@ -65,6 +65,9 @@ def checked_variant(text: str) -> str:
 # --- the model ------------------------------------------------------------------------------------
 
 
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+
+
 def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
     if not text:
         raise BadInput("a TorchScript model needs its input shape: add --input-shape 1,3,224,224")
@@ -78,36 +81,51 @@ def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
 
 
 def is_model_file(text: str) -> bool:
-    return os.sep in text or text.endswith((".pt", ".pth", ".ts", ".torchscript")) or os.path.exists(text)
+    return (os.sep in text or text.endswith((*TORCHSCRIPT_SUFFIXES, ".onnx"))
+            or os.path.exists(text))
+
+
+def is_onnx(text: str) -> bool:
+    return text.lower().endswith(".onnx")
 
 
 def check_model(args) -> None:
-    """The cheap checks of --model, before anything slow runs."""
+    """The cheap checks of --model, before anything slow runs: a built-in name, or an existing
+    file (a TorchScript file needs --input-shape; an ONNX file names its own input)."""
     from relay_ext.frontend import models
 
-    if is_model_file(args.model):
+    if not is_model_file(args.model):
+        if args.model not in models.MODELS:
+            raise BadInput(f"unknown model {args.model!r}; built-in models: "
+                           f"{', '.join(models.available_models())} (or a TorchScript or ONNX file)")
+        return
+    if not is_onnx(args.model) or args.input_shape:
         parse_shape(args.input_shape)
-        if not os.path.isfile(args.model):
-            raise BadInput(f"TorchScript file not found: {args.model}; pass a built-in model "
-                           f"({', '.join(models.available_models())}) or an existing file")
-    elif args.model not in models.MODELS:
-        raise BadInput(f"unknown model {args.model!r}; built-in models: "
-                       f"{', '.join(models.available_models())} (or a TorchScript file path)")
+    if not os.path.isfile(args.model):
+        raise BadInput(f"model file not found: {args.model}; pass a built-in model "
+                       f"({', '.join(models.available_models())}) or an existing file")
 
 
 def load_model(args):
-    """The model --model names (checked by :func:`check_model` first), as a LoadedModel."""
+    """The model --model names (checked by :func:`check_model` first), as a LoadedModel. An ONNX
+    model that is not quantized, whose input is dynamic without --input-shape, or that needs the
+    missing onnx/onnxruntime packages is BadInput."""
     from relay_ext.frontend import models
 
     check_model(args)
     try:
+        if is_onnx(args.model):
+            from relay_ext.frontend.onnx_import import from_onnx
+
+            shape = parse_shape(args.input_shape) if args.input_shape else None
+            return from_onnx(args.model, input_shape=shape, layout=args.layout)
         if is_model_file(args.model):
             return models.from_torchscript(
                 args.model, {models.DEFAULT_INPUT_NAME: parse_shape(args.input_shape)},
                 layout=args.layout)
         return models.load(args.model, image_size=args.image_size, layout=args.layout)
     except (ValueError, FileNotFoundError) as error:
-        raise BadInput(str(error)) from None
+        raise BadInput(str(error).splitlines()[0]) from None
 
 
 def run_description(args, target):
@@ -115,7 +133,8 @@ def run_description(args, target):
     from relay_ext.tuning.work_dir import RunDescription
 
     model_file = is_model_file(args.model)
-    shape = ",".join(map(str, parse_shape(args.input_shape))) if model_file else None
+    shape = ",".join(map(str, parse_shape(args.input_shape))) if model_file and args.input_shape \
+        else None
     return RunDescription(os.path.abspath(args.model) if model_file else args.model, shape,
                           None if model_file else args.image_size, args.layout, target,
                           checked_variant(args.variant))

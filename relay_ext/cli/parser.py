@@ -11,10 +11,11 @@ the command line of quantfuse:
     quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
     quantfuse tune --model resnet18 --target 'llvm -mcpu=core-avx2' --trials 200 --work-dir w
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
-    quantfuse bench --model resnet18 --target llvm --work-dir work   # TVM vs PyTorch, report.md
+    quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch, ONNX Runtime
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
 
---model takes a built-in name or a TorchScript file (then --input-shape 1,3,224,224).
+--model takes a built-in name, a TorchScript file (then --input-shape 1,3,224,224) or a
+quantized ONNX file (QDQ; its input shape is read from it, --input-shape fixes a dynamic one).
 Bad input (unknown model, bad target, a target this machine cannot run, unwritable work dir,
 trials <= 0, a work dir whose database is not MetaSchedule's, an unreachable RPC tracker) is one
 line on stderr and exit code 2; --verbose adds the traceback and shows TVM's own log lines.
@@ -60,10 +61,12 @@ COMMANDS = {
              "Ctrl-C finishes the candidates in flight, keeps every record and exits 130 (twice: "
              "stop at once). A half-written last line (a killed run) is set aside in "
              "<file>.broken-<time> with a warning."),
-    "bench": ("latency: TVM tuned vs untuned vs PyTorch int8",
+    "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime int8",
               "Compile the model with the work dir's tuned database, check its output against "
-              "PyTorch's quantized TorchScript module (in output quantization steps), time TVM "
-              "(time_evaluator), PyTorch and TVM's untuned default build on the same input with "
+              "its reference runtime (PyTorch for TorchScript, ONNX Runtime for ONNX; in output "
+              "quantization steps), time TVM (time_evaluator), TVM's untuned default build and "
+              "the reference (for a built-in model PyTorch and an ONNX Runtime export of it) "
+              "in interleaved rounds on the same input with "
               "the same thread count; print a table with ratios and write report.md and "
               "latency.png into the work dir."),
     "demo": ("the whole job on tiny_resnet, in a few minutes",
@@ -79,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="debug logging, tracebacks on errors, TVM's log lines as they come")
     model = Parser(add_help=False)
     model.add_argument("--model", required=True,
-                       help="a built-in model (see 'quantfuse models') or a TorchScript file")
-    model.add_argument("--input-shape", help="the input shape of a TorchScript file, e.g. 1,3,224,224")
+                       help="a built-in model (see 'quantfuse models'), a TorchScript file or a "
+                            "quantized ONNX file")
+    model.add_argument("--input-shape", help="the input shape of a TorchScript file (e.g. "
+                       "1,3,224,224), or of an ONNX file whose input is dynamic")
     model.add_argument("--image-size", type=positive_int, default=224,
                        help="input image size of a built-in image model (default 224)")
     model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
@@ -121,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--number", type=positive_int, default=10,
                        help="runs per repeat (default 10)")
     bench.add_argument("--threads", type=positive_int, default=None,
-                       help="threads for TVM and PyTorch (default: all CPUs)")
+                       help="threads for TVM and the reference runtimes (default: all CPUs)")
     demo = command("demo")
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")

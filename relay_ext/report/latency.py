@@ -12,7 +12,7 @@ import os
 import statistics
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from ..frontend.models import LoadedModel
 from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, normalize_target
 from ..tuning.build import build_with_records, graph_module
-from .accuracy import build_untuned, run_torchscript, step_error
+from .accuracy import build_untuned, step_error
 from .tables import machine_description
 
 
@@ -59,7 +59,7 @@ class BenchResult:
     repeats: int
     number: int
     timings: Dict[str, Timing]  # label -> timing; TUNED and UNTUNED first, then the references
-    reference: str              # the label whose outputs TVM's are compared against
+    reference: str              # the runtime TVM's outputs are compared with ("PyTorch int8")
     max_steps: float            # TVM tuned vs the reference
     mean_steps: float
     fraction_equal: float
@@ -82,18 +82,27 @@ class BenchResult:
         return self.timings[label].median_ms / self.timings[reference].median_ms
 
     @property
+    def references(self) -> List[str]:
+        """The labels of the runtimes TVM is compared with (PyTorch int8, ONNX Runtime int8)."""
+        return [label for label in self.timings if label not in (TUNED, UNTUNED)]
+
+    @property
     def header(self) -> List[str]:
-        return ["", "median ms", "spread ms", f"/ {TUNED}", f"/ {self.reference.split(' int8')[0]}"]
+        return ["", "median ms", "spread ms", f"/ {TUNED}",
+                *[f"/ {label.replace(' int8', '')}" for label in self.references]]
 
     def rows(self) -> List[List[str]]:
-        """Table rows: configuration, median ms, spread, vs TVM tuned, vs the reference."""
+        """Table rows: configuration, median ms, spread, vs TVM tuned, vs each reference."""
         return [[f"{label} ({self.variant})" if label == TUNED else label,
                  f"{timing.median_ms:.3f}", f"{timing.spread_ms:.3f}",
-                 f"{self.ratio(label, TUNED):.2f}x", f"{self.ratio(label, self.reference):.2f}x"]
+                 f"{self.ratio(label, TUNED):.2f}x",
+                 *[f"{self.ratio(label, ref):.2f}x" for ref in self.references]]
                 for label, timing in self.timings.items()]
 
 
-TUNED, UNTUNED, PYTORCH = "TVM tuned", "TVM untuned", "PyTorch int8"
+TUNED, UNTUNED, PYTORCH, ONNX_RUNTIME = ("TVM tuned", "TVM untuned", "PyTorch int8",
+                                       "ONNX Runtime int8")
+PathLike = Union[str, os.PathLike]
 
 
 T = TypeVar("T")
@@ -179,13 +188,35 @@ def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int) -> 
     return samples
 
 
+def reference_timers(loaded: LoadedModel, number: int, threads: int,
+                     onnx_model: Optional[PathLike] = None) -> Dict[str, Callable[[], float]]:
+    """Timers of the runtimes TVM is compared with, one round each (the mean of ``number`` runs):
+    PyTorch's int8 module when the model came from TorchScript, ONNX Runtime's CPU session (on
+    ``threads`` intra-op threads) when it came from ONNX or when ``onnx_model`` (an ONNX export
+    of the same network, such as :func:`relay_ext.frontend.onnx_export.export_quantized`) is
+    given. ONNX Runtime's threads do not spin after a run here: spinning threads would take the
+    cores from the configuration timed next."""
+    from ..frontend.onnx_runtime import OnnxRuntimeReference, onnxruntime_timer
+
+    timers: Dict[str, Callable[[], float]] = {}
+    if loaded.torchscript is not None:
+        timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, number)
+    onnx = loaded.reference if isinstance(loaded.reference, OnnxRuntimeReference) else onnx_model
+    if onnx is not None:
+        _, timers[ONNX_RUNTIME] = onnxruntime_timer(onnx, loaded.inputs, number, threads,
+                                                    allow_spinning=False)
+    return timers
+
+
 def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLike = "llvm",
                     variant: str = "ours", repeats: int = 10, number: int = 10,
-                    threads: Optional[int] = None) -> BenchResult:
-    """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check the tuned
-    build's output against the TorchScript module, and time all three on the same input with
-    the same thread count (median of ``repeats`` interleaved rounds, each round timing all three
-    once as the mean of ``number`` runs)."""
+                    threads: Optional[int] = None,
+                    onnx_model: Optional[PathLike] = None) -> BenchResult:
+    """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check both builds'
+    outputs against the model's reference runtime (PyTorch, or ONNX Runtime for an ONNX model)
+    in output quantization steps, and time them beside :func:`reference_timers` on the same input
+    with the same thread count: median of ``repeats`` interleaved rounds, each round timing every
+    configuration once as the mean of ``number`` runs."""
     if loaded.output_scale is None:
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target, variant = normalize_target(target), check_variant(variant)
@@ -200,14 +231,14 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         outputs, timers = {}, {}
         for label, lib in libs.items():
             outputs[label], timers[label] = tvm_timer(lib, loaded.inputs, number)
-        timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, number)
+        timers.update(reference_timers(loaded, number, threads, onnx_model))
         return outputs, interleaved_rounds(timers, repeats)
 
     old_torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         outputs, samples = with_tvm_threads(threads, timed_rounds)
-        expected = run_torchscript(loaded.torchscript, loaded.example_input)
+        expected = loaded.run_reference()
     finally:
         torch.set_num_threads(old_torch_threads)
     error = step_error(outputs[TUNED], expected, loaded.output_scale)
@@ -215,8 +246,8 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         model=loaded.name, input_shape=tuple(loaded.input_shape), target=str(target),
         variant=variant, threads=threads, repeats=repeats, number=number,
         timings={label: Timing(seconds) for label, seconds in samples.items()},
-        reference=PYTORCH, max_steps=error.max_steps, mean_steps=error.mean_steps,
-        fraction_equal=error.fraction_equal,
+        reference=f"{loaded.reference_name} int8", max_steps=error.max_steps,
+        mean_steps=error.mean_steps, fraction_equal=error.fraction_equal,
         untuned_max_steps=step_error(outputs[UNTUNED], expected, loaded.output_scale).max_steps,
         machine=machine_description(), load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

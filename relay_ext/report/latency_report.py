@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Dict
 
 from ..tuning.work_dir import CHART_FILE, REPORT_FILE
-from .latency import BenchResult
+from .latency import ONNX_RUNTIME, BenchResult
 from .tables import markdown_table
 
 
@@ -35,25 +35,30 @@ def write_chart(result: BenchResult, path: Path) -> Path:
 
 def report_markdown(result: BenchResult) -> str:
     rows = result.rows()
+    runtimes = " and ".join(["TVM", *[r.replace(" int8", "") for r in result.references]])
     lines = [
         f"# quantfuse bench: {result.model}", "",
         f"- Input shape {'x'.join(map(str, result.input_shape))}, batch 1; target `{result.target}`; "
         f"rule set `{result.variant}`.",
-        f"- {result.threads} threads for TVM and {result.reference}; median of {result.repeats} repeats, "
-        f"each the mean of {result.number} runs (TVM: `time_evaluator`).",
+        f"- {result.threads} threads for {runtimes}; median of {result.repeats} repeats, "
+        f"each the mean of {result.number} runs (TVM: `time_evaluator`), timed in interleaved "
+        "rounds.",
         f"- Machine: {result.machine}. Date: {result.date}. Load average before the bench: "
         f"{'unknown' if result.load_average is None else f'{result.load_average:.2f}'}.",
-        "- The model's weights are random (fixed seed) and it was calibrated on random data: the "
-        "numbers measure speed and agreement with PyTorch, not accuracy on a dataset.",
-        f"- TVM tuned vs PyTorch's quantized TorchScript module: max {result.max_steps:.2f} "
-        f"output quantization steps apart (mean {result.mean_steps:.3f}, "
-        f"{100 * result.fraction_equal:.1f}% of outputs equal); TVM untuned: max "
-        f"{result.untuned_max_steps:.2f} steps.",
+        "- A built-in model's weights are random (fixed seed) and it was calibrated on random "
+        "data: the numbers measure speed and agreement, not accuracy on a dataset.",
+        f"- TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization steps "
+        f"apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% of outputs "
+        f"equal); TVM untuned: max {result.untuned_max_steps:.2f} steps.",
         "",
         markdown_table(result.header, rows),
     ]
     if result.busy_warning:
         lines += ["", f"**{result.busy_warning}**"]
+    if ONNX_RUNTIME in result.timings and result.reference != ONNX_RUNTIME:
+        lines += ["", "ONNX Runtime runs an export of the same float network quantized by ONNX "
+                  "Runtime's own `quantize_static`: another quantization, so its outputs are not "
+                  "compared in steps."]
     lines += ["", "Ratios are median / median: above 1 is slower than the column's reference.", "",
               f"![latency]({CHART_FILE})", ""]
     return "\n".join(lines)
