@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shlex
 import statistics
@@ -35,7 +34,8 @@ import torch
 import tvm
 from tvm import meta_schedule as ms
 
-from benchmarks.markdown_report import current_commit, markdown_table, write_section
+from benchmarks.markdown_report import (current_commit, keep_result, markdown_table, read_results,
+                                         write_results_section)
 from meta_rules import VARIANTS
 from relay_ext import models
 from relay_ext.lowering.config import BUILD_OPTIONS
@@ -225,24 +225,20 @@ def main() -> int:
     parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-latency")
     args = parser.parse_args()
     args.seeds = [int(seed) for seed in args.seeds.split(",")]
-    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    stored = {result_key(result): result for result in stored.values()}  # older keys lacked -mcpu
+    stored = {result_key(result): result for result in read_results(RESULTS).values()}  # older keys lacked -mcpu
     for name in [m for m in args.models.split(",") if m]:  # --models '': only render the section
         result = bench_model(name, args)
         print(model_table(result), flush=True)
-        stored[result_key(result)] = result
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
-    body = (
+        stored = keep_result(RESULTS, result_key(result), result, stored)
+    write_results_section(
+        "cpu_latency", "CPU latency at equal tuning budgets",
         "Weights are random (fixed seed), calibrated on random data. Tuning here is small: 2 "
         "cores, and an evolutionary search with population 64 (TVM's default of 2048 takes tens "
         "of seconds per round on this machine), so a few trials per task are mostly random "
         "samples: the budget is equal across variants, which is what the comparison needs, but "
         "it is far below what a real tune uses (TVM suggests ~1000 trials per task). Each table "
-        "names the command that measured it (the line above names the last run).\n\n"
-        + "\n".join(model_table(stored[k]) for k in sorted(stored))
-    )
-    write_section("cpu_latency", "CPU latency at equal tuning budgets", body)
+        "names the command that measured it (the line above names the last run).",
+        stored, model_table)
     print("wrote docs/BENCHMARKS.md section cpu_latency")
     return 0
 

@@ -7,12 +7,13 @@ the section carries the command that produced it, the machine and the date.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Callable, Dict, List
 
 from relay_ext.report.tables import machine_description, markdown_table  # noqa: F401 - re-exported
 
@@ -51,3 +52,24 @@ def write_section(name: str, title: str, body: str, command: List[str] | None = 
     BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
     BENCHMARKS_MD.write_text(text)
     return BENCHMARKS_MD
+
+
+def read_results(path: Path) -> Dict[str, Dict]:
+    """The results a benchmark keeps in its JSON file (empty when there is none yet)."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def keep_result(path: Path, key: str, result: Dict, stored: Dict[str, Dict]) -> Dict[str, Dict]:
+    """``result`` kept under ``key`` beside the ``stored`` ones, written to ``path``."""
+    stored = {**stored, key: result}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stored, indent=1) + "\n")
+    return stored
+
+
+def write_results_section(name: str, title: str, intro: str, stored: Dict[str, Dict],
+                          table: Callable[[Dict], str], command: List[str] | None = None) -> Path:
+    """The section ``name``: ``intro``, then ``table(result)`` for every kept result, by key."""
+    body = intro.strip() + "\n\n" + "\n".join(table(stored[key]) for key in sorted(stored))
+    return write_section(name, title, body, command)
+

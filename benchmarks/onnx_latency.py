@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shlex
 import statistics
@@ -233,26 +232,22 @@ def model_table(result: Dict) -> str:
 
 def main() -> int:
     args = parse_args(sys.argv[1:])
-    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    from benchmarks.markdown_report import keep_result, read_results, write_results_section
+
+    stored = read_results(RESULTS)
     if not args.render_only:
         result = bench(args)
         print(model_table(result), flush=True)
         if args.no_docs:
             return 0
-        stored[result_key(result)] = result
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
-    from benchmarks.markdown_report import write_section
-
-    body = (
+        stored = keep_result(RESULTS, result_key(result), result, stored)
+    write_results_section(
+        "onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM",
         "ONNX Runtime's int8 execution of the model exported to ONNX and quantized QDQ by ONNX Runtime "
         "(`quantize_static`, uint8 activations, per-channel int8 weights, MinMax calibration on the same "
         "random samples PyTorch's model is calibrated on), beside PyTorch's int8 module and TVM's builds of "
-        "both imports. Weights are random (fixed seed). Each table names the command that measured it.\n\n"
-        + "\n".join(model_table(stored[key]) for key in sorted(stored))
-    )
-    write_section("onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM", body,
-                  command=["-m", "benchmarks.onnx_latency", *sys.argv[1:]])
+        "both imports. Weights are random (fixed seed). Each table names the command that measured it.",
+        stored, model_table, command=["-m", "benchmarks.onnx_latency", *sys.argv[1:]])
     print("wrote docs/BENCHMARKS.md section onnx_latency")
     return 0
 
