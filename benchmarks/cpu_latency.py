@@ -47,7 +47,7 @@ from relay_ext.report.latency import (
     interleaved_rounds,
     torch_timer,
     tvm_timer,
-    with_tvm_threads,
+    TVMThread,
 )
 from relay_ext.report.tables import machine_description
 from relay_ext.tuning import compile_model, extract_tasks, tune
@@ -103,17 +103,15 @@ def bench_model(name: str, args) -> Dict:
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]  # other work on the 2 cores would skew every configuration
 
-    def timed_rounds():
-        # TVM's thread pool gets args.threads workers only in a fresh thread (with_tvm_threads).
-        timers, steps = {}, {}
+    timers, steps = {}, {}
+    with TVMThread(args.threads) as tvm_thread:  # TVM on --threads threads, PyTorch on this one
         for key, lib in libs.items():
-            output, timers[key] = tvm_timer(lib, loaded.inputs, args.number)
+            output, one_round = tvm_thread.run(lambda lib=lib: tvm_timer(lib, loaded.inputs, args.number))
+            timers[key] = tvm_thread.timer(one_round)
             steps["untuned" if key == UNTUNED else key] = step_error(
                 output, expected, loaded.output_scale).max_steps
         timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, args.number)
-        return interleaved_rounds(timers, args.repeats), steps
-
-    samples, steps = with_tvm_threads(args.threads, timed_rounds)
+        samples = interleaved_rounds(timers, args.repeats)
     ratios = {seed: ratio_summary(paired_ratios(samples, seed)) for seed in args.seeds}
     every = [r for seed in args.seeds for r in paired_ratios(samples, seed)]
     return {

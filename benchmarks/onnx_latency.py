@@ -21,7 +21,8 @@ compares:
 
 TVM's thread pool takes its size from ``TVM_NUM_THREADS`` when it starts; ``runtime.config_threadpool``
 does not widen it in this build (TVM would run on 1 thread here). The timing runs in
-:func:`relay_ext.report.latency.with_tvm_threads` (a fresh TVM pool of ``--threads``), which
+:class:`relay_ext.report.latency.TVMThread` (a fresh TVM pool of ``--threads``; PyTorch and ONNX
+Runtime stay on the main thread), which
 records the pool size TVM reports. Each round times every
 configuration once (the mean of ``--number`` runs, after a ``--settle-ms`` pause that lets the
 previous runtime's spinning worker threads go idle), so load changes hit all alike; reported are
@@ -41,7 +42,6 @@ import os
 import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -92,7 +92,7 @@ def bench(args: argparse.Namespace) -> Dict:
     from relay_ext.frontend.onnx_export import export_quantized
     from relay_ext.frontend.onnx_import import from_onnx
     from relay_ext.frontend.onnx_runtime import onnxruntime_timer
-    from relay_ext.report.latency import interleaved_rounds, torch_timer, tvm_timer, with_tvm_threads
+    from relay_ext.report.latency import TVMThread, interleaved_rounds, torch_timer, tvm_timer
     from relay_ext.report.tables import machine_description
     from benchmarks.cpu_latency import search_strategy
     from relay_ext.lowering.targets import host_llvm_target, normalize_target
@@ -130,31 +130,26 @@ def bench(args: argparse.Namespace) -> Dict:
         libs[f"TVM tuned ({args.variant}, {args.tuned_import} import)"] = (
             compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
 
-    def settled(one_round: Callable[[], float]) -> Callable[[], float]:
-        def after_a_pause() -> float:  # the previous runtime's spinning threads go idle first
-            time.sleep(args.settle_ms / 1e3)
-            return one_round()
-        return after_a_pause
-
-    def timed_rounds():
-        timers: Dict[str, Callable[[], float]] = {}
-        steps: Dict[str, float] = {}
-        _, timers["ONNX Runtime int8"] = onnxruntime_timer(onnx_path, onnx_model.inputs, args.number, args.threads,
-                                                           allow_spinning=not args.ort_no_spinning)
-        timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input, args.number)
-        for label, (lib, loaded) in libs.items():
-            output, timers[label] = tvm_timer(lib, loaded.inputs, args.number)
-            steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
-            print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
-        pool = tvm.get_global_func("runtime.NumThreads")()
-        samples = interleaved_rounds({k: settled(t) for k, t in timers.items()}, args.repeats)
-        return samples, steps, pool
-
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
+    timers: Dict[str, Callable[[], float]] = {}
+    steps: Dict[str, float] = {}
     try:
-        samples, steps, pool = with_tvm_threads(args.threads, timed_rounds)
+        with TVMThread(args.threads) as tvm_thread:  # TVM on --threads threads, the others here
+            _, timers["ONNX Runtime int8"] = onnxruntime_timer(
+                onnx_path, onnx_model.inputs, args.number, args.threads,
+                allow_spinning=not args.ort_no_spinning)
+            timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input,
+                                                 args.number)
+            for label, (lib, loaded) in libs.items():
+                output, one_round = tvm_thread.run(lambda lib=lib, loaded=loaded: tvm_timer(
+                    lib, loaded.inputs, args.number))
+                timers[label] = tvm_thread.timer(one_round)
+                steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
+                print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
+            pool = tvm_thread.run(tvm.get_global_func("runtime.NumThreads"))
+            samples = interleaved_rounds(timers, args.repeats, settle_s=args.settle_ms / 1e3)
     finally:
         torch.set_num_threads(torch_threads)
     return {
