@@ -1,6 +1,7 @@
 """TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.report.latency)."""
 
 import os
+import threading
 
 import pytest
 import tvm
@@ -9,7 +10,7 @@ from relay_ext import models
 from relay_ext.lowering import targets
 from relay_ext.report.accuracy import build_untuned
 from relay_ext.lowering.config import BUILD_OPTIONS
-from relay_ext.report.latency import load_average, tvm_timer, with_tvm_threads
+from relay_ext.report.latency import TVMThread, load_average, tvm_timer, with_tvm_threads
 from conftest import AVX2
 
 CPUS = os.cpu_count() or 1
@@ -28,6 +29,19 @@ def test_the_pool_has_the_requested_threads():
     assert "TVM_NUM_THREADS" not in os.environ or os.environ["TVM_NUM_THREADS"] != "2"
     with pytest.raises(ZeroDivisionError):  # errors in the work come back to the caller
         with_tvm_threads(2, lambda: 1 / 0)
+
+
+@pytest.mark.skipif(CPUS < 2, reason="one CPU: no second thread to give TVM")
+def test_tvm_thread_keeps_one_pool_and_leaves_the_callers_thread_alone():
+    caller = threading.get_ident()
+    with TVMThread(2) as tvm_thread:
+        first, second = tvm_thread.run(threading.get_ident), tvm_thread.run(threading.get_ident)
+        assert first == second != caller  # one thread for every job: one pool, created once
+        assert tvm_thread.run(_pool_size) == 2
+        assert tvm_thread.timer(lambda: 0.25)() == 0.25
+        with pytest.raises(KeyError):
+            tvm_thread.run(lambda: {}["missing"])
+        assert tvm_thread.run(_pool_size) == 2  # an error does not end the thread
 
 
 @pytest.mark.skipif(CPUS < 2, reason="one CPU: two threads cannot be faster")
