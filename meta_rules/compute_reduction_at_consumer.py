@@ -1,0 +1,122 @@
+"""ComputeReductionAtConsumer: compute a reduction left at the root inside its elementwise consumer.
+
+CrossThreadReduction returns two schedules for a reduction it can parallelise: one where it is
+computed at its consumer across threads, and the input schedule unchanged (a reduction with a
+small extent gets only the latter). In that one the reduction stays a loop nest of its own at the
+root; AutoBind later gives it a kernel of its own and the consumer reads its result back from
+global memory. Seen by this rule (``adaptive_avg_pool2d`` + cast, after AutoInline)::
+
+    pool_sum = T.alloc_buffer((1, 512, 1, 1), "int32")            # global
+    for ax0, ax1, ax2, ax3, rv0, rv1 in T.grid(1, 512, 1, 1, 7, 7):
+        with T.block("pool_sum"):                                  # kernel 1
+            with T.init():
+                pool_sum[v0, v1, v2, v3] = 0
+            pool_sum[v0, v1, v2, v3] = pool_sum[v0, v1, v2, v3] + p0[v0, v1, v2 * 7 + r0, v3 * 7 + r1]
+    for ax0, ax1, ax2, ax3 in T.grid(1, 512, 1, 1):
+        with T.block("pool_avg"):                                  # kernel 2
+            T_cast[v0, v1, v2, v3] = T.Cast("uint8", pool_sum[v0, v1, v2, v3] // 49)
+
+and after ``compute_at(pool_sum, ax3 of pool_avg)`` and ``set_scope(pool_sum, 0, "local")``::
+
+    pool_sum = T.alloc_buffer((1, 512, 1, 1), "int32", scope="local")
+    for ax0, ax1, ax2, ax3 in T.grid(1, 512, 1, 1):              # one kernel
+        for ax0_1, ax1_1, ax2_1, ax3_1, rv0, rv1 in T.grid(1, 1, 1, 1, 7, 7):
+            with T.block("pool_sum"):
+                ...                                                # the same reduction, per thread
+        with T.block("pool_avg"):
+            T_cast[v0, v1, v2, v3] = T.Cast("uint8", pool_sum[v0, v1, v2, v3] // 49)
+
+Each thread of the consumer's kernel reduces the one value it reads, as the reduction's own kernel
+would have, so nothing is recomputed: the rule requires that every instance of the consumer read a
+different element (one access point, indices injective in the consumer's iterators).
+
+A block is taken when it is a reduction writing one global buffer that is not an output of its
+scope, its loops are still plain (serial, unannotated: neither tiled, bound nor moved by an earlier
+rule), and it has exactly one consumer, a spatial block that reads it at one point, injectively,
+and has a loop to compute it at. Decided by structure, never by name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional, Tuple
+
+from tvm import tir
+from tvm.meta_schedule.schedule_rule import CrossThreadReduction, PyScheduleRule
+from tvm.meta_schedule.utils import derived_object
+from tvm.tir.block_scope import StmtSRef
+from tvm.tir.schedule import BlockRV, Schedule
+from tvm.tir.schedule.analysis import is_output_block
+
+from .block_relations import (GLOBAL_SCOPES, consumers, enclosing_loops, in_plain_loops,
+                              injective_in_block_iters, is_reduction, is_spatial, live_block_sref,
+                              loads_of, single_access_indices)
+
+logger = logging.getLogger(__name__)
+
+
+def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV,
+                             sref: StmtSRef) -> Tuple[Optional[str], Optional[StmtSRef]]:
+    """``(None, consumer)`` when the reduction may be computed at ``consumer``'s innermost loop,
+    else ``(why not, None)``."""
+    block = sref.stmt
+    if not is_reduction(block):
+        return "not a reduction", None
+    if len(block.writes) != 1:
+        return f"writes {len(block.writes)} buffers", None
+    buffer = block.writes[0].buffer
+    if buffer.scope() not in GLOBAL_SCOPES:
+        return f"writes a {buffer.scope()} buffer", None
+    if not in_plain_loops(sref):
+        return "already tiled, bound or moved", None
+    if is_output_block(sch, block_rv):
+        return "an output block", None
+    found = consumers(sch, sref)
+    if len(found) != 1:
+        return f"{len(found)} consumers", None
+    consumer = found[0].stmt
+    if not is_spatial(consumer) or len(consumer.writes) != 1:
+        return "its consumer is not elementwise", None
+    if not enclosing_loops(found[0]):
+        return "its consumer has no loop", None
+    indices = single_access_indices(loads_of(buffer, consumer.body))
+    if indices is None:
+        return "its consumer reads it at several points", None
+    if not injective_in_block_iters(indices, consumer):
+        return "its consumer reads some element more than once", None
+    return None, found[0]
+
+
+def follows_cross_thread_reduction(rule: object) -> bool:
+    """True for the rule this one is placed after."""
+    return isinstance(rule, CrossThreadReduction)
+
+
+@derived_object
+class ComputeReductionAtConsumer(PyScheduleRule):
+    """Compute a root-level reduction at its elementwise consumer's innermost loop, in a local
+    buffer; see the module docstring."""
+
+    def _initialize_with_tune_context(self, context) -> None:  # no target-dependent state
+        pass
+
+    def apply(self, sch: Schedule, block: BlockRV) -> List[Schedule]:
+        sref = live_block_sref(sch, block)
+        if sref is None:
+            return [sch]
+        reason, _ = reduction_fusion_blocker(sch, block, sref)
+        if reason is not None:
+            return [sch]
+        fused = sch.copy()  # the input stays untouched (and its trace clean) if a primitive refuses
+        (consumer,) = fused.get_consumers(block)
+        try:
+            fused.compute_at(block, fused.get_loops(consumer)[-1], preserve_unit_loops=True)
+        except tir.ScheduleError as err:
+            logger.debug("ComputeReductionAtConsumer: %r not moved: %s",
+                         sref.stmt.name_hint, str(err).strip().splitlines()[-1])
+            return [sch]
+        fused.set_scope(block, 0, "local")
+        return [fused]
+
+    def clone(self) -> "ComputeReductionAtConsumer":
+        return ComputeReductionAtConsumer()
