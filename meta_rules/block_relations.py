@@ -15,6 +15,8 @@ from tvm import arith, tir
 from tvm.tir.block_scope import DepKind, StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
+from .unchecked_schedule import block_realize, get_sref
+
 GLOBAL_SCOPES = ("", "global")
 _PRODUCING_DEPS = (DepKind.RAW, DepKind.WAW)
 
@@ -26,7 +28,7 @@ def live_block_sref(sch: Schedule, block_rv: BlockRV) -> Optional[StmtSRef]:
     calls. Any other error from TVM is raised.
     """
     try:
-        return sch.get_sref(block_rv)
+        return get_sref(sch, block_rv)
     except ValueError as err:
         if "no longer exists" in str(err):
             return None
@@ -63,51 +65,56 @@ def consumers(sch: Schedule, sref: StmtSRef) -> List[StmtSRef]:
 
 
 def is_spatial(block: tir.Block) -> bool:
-    """True for a block with only data-parallel iterators and no init statement."""
+    """True for a block with only data-parallel iterators and no init statement (checked first:
+    it is one attribute, the iterators are several)."""
     return block.init is None and all(iv.iter_type == tir.IterVar.DataPar for iv in block.iter_vars)
 
 
-def is_reduction(block: tir.Block) -> bool:
-    """True for a block with an init statement or a reduction iterator."""
-    return block.init is not None or any(iv.iter_type == tir.IterVar.CommReduce
-                                         for iv in block.iter_vars)
+def under_a_loop(sref: StmtSRef) -> bool:
+    """True when the block sits in at least one loop of its scope."""
+    return isinstance(sref.parent.stmt, tir.For)
 
 
-def enclosing_loops(sref: StmtSRef) -> List[tir.For]:
-    """The loops between the block and its scope root, innermost first."""
-    loops = []
+def in_own_plain_loops(sch: Schedule, block_rv: BlockRV, sref: StmtSRef) -> bool:
+    """True when the block sits in a loop nest of its own, straight under its scope root, of serial
+    loops bound one to one to its iterators: nothing has tiled, bound, vectorised or computed it at
+    another block's loop yet.
+
+    A block that was tiled, fused or moved is bound to expressions of several loops
+    (``i_0 * 8 + i_1``): that is checked first, since walking a tiled nest of twenty loops costs
+    far more. A loop that was bound, vectorised or parallelised as it is has another kind.
+    """
+    if not all(isinstance(value, tir.Var) for value in block_realize(sch, block_rv).iter_values):
+        return False
+    child = sref.stmt
     parent = sref.parent
     while not isinstance(parent.stmt, tir.Block):
-        loops.append(parent.stmt)
-        parent = parent.parent
-    return loops
+        loop = parent.stmt
+        body = loop.body.block if isinstance(loop.body, tir.BlockRealize) else loop.body
+        if not body.same_as(child):
+            return False  # the loop holds more than this block's nest
+        if loop.kind != tir.ForKind.SERIAL:
+            return False
+        child, parent = loop, parent.parent
+    return True
 
 
-def in_plain_loops(sref: StmtSRef) -> bool:
-    """True when every loop between the block and its scope root is a serial loop with no
-    annotation: nothing has tiled, bound, vectorised or moved the block yet."""
-    return all(loop.kind == tir.ForKind.SERIAL and loop.thread_binding is None
-               and not loop.annotations for loop in enclosing_loops(sref))
+def single_point_read(block: tir.Block, buffer: tir.Buffer) -> Optional[List[tvm.ir.PrimExpr]]:
+    """The indices at which ``block`` reads ``buffer``, when it reads it at one point only.
 
-
-def loads_of(buffer: tir.Buffer, stmt: tir.Stmt) -> List[tir.BufferLoad]:
-    """Every ``BufferLoad`` of ``buffer`` in ``stmt``, in visiting order."""
-    found: List[tir.BufferLoad] = []
-    tir.stmt_functor.post_order_visit(
-        stmt, lambda node: found.append(node)
-        if isinstance(node, tir.BufferLoad) and node.buffer.same_as(buffer) else None)
-    return found
-
-
-def single_access_indices(loads: Sequence[tir.BufferLoad]) -> Optional[List[tvm.ir.PrimExpr]]:
-    """The indices shared by every load of ``loads``, or None if they read at several points."""
-    if not loads:
+    Decided from the block's read regions, which TVM keeps as the union of every access to a
+    buffer (and updates through inlining): one region of extent 1 in every dimension means every
+    load of the buffer has the same indices (``red[i] * red[i]``); loads at two points
+    (``red[i] + red[i + 1]``) make a wider region. None when the region is wider, or when the
+    block does not read ``buffer``.
+    """
+    regions = [region for region in block.reads if region.buffer.same_as(buffer)]
+    if len(regions) != 1:
         return None
-    first = list(loads[0].indices)
-    for load in loads[1:]:
-        if not tvm.ir.structural_equal(list(load.indices), first, map_free_vars=False):
-            return None
-    return first
+    ranges = regions[0].region
+    if not all(isinstance(r.extent, tir.IntImm) and r.extent.value == 1 for r in ranges):
+        return None
+    return [r.min for r in ranges]
 
 
 def injective_in_block_iters(indices: Sequence[tvm.ir.PrimExpr], block: tir.Block) -> bool:

@@ -30,9 +30,10 @@ Each thread of the consumer's kernel reduces the one value it reads, as the redu
 would have, so nothing is recomputed: the rule requires that every instance of the consumer read a
 different element (one access point, indices injective in the consumer's iterators).
 
-A block is taken when it is a reduction writing one global buffer that is not an output of its
-scope, its loops are still plain (serial, unannotated: neither tiled, bound nor moved by an earlier
-rule), and it has exactly one consumer, a spatial block that reads it at one point, injectively,
+A block is taken when it is a reduction (a block with an init statement, as every reduction is
+until the ``RewriteReductionBlock`` postproc) writing one global buffer that is not an output of its
+scope, it sits in a plain loop nest of its own under the root (serial, unannotated loops holding
+nothing else: neither tiled, bound nor moved by an earlier rule), and it has exactly one consumer, a spatial block that reads it at one point, injectively,
 and has a loop to compute it at. Decided by structure, never by name.
 """
 
@@ -48,9 +49,10 @@ from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule.analysis import is_output_block
 
-from .block_relations import (GLOBAL_SCOPES, consumers, enclosing_loops, in_plain_loops,
-                              injective_in_block_iters, is_reduction, is_spatial, live_block_sref,
-                              loads_of, single_access_indices)
+from .block_relations import (GLOBAL_SCOPES, consumers, in_own_plain_loops,
+                              injective_in_block_iters, is_spatial, live_block_sref,
+                              single_point_read, under_a_loop)
+from .unchecked_schedule import compute_at, get_consumers, get_loops, set_scope
 
 logger = logging.getLogger(__name__)
 
@@ -59,16 +61,19 @@ def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV,
                              sref: StmtSRef) -> Tuple[Optional[str], Optional[StmtSRef]]:
     """``(None, consumer)`` when the reduction may be computed at ``consumer``'s innermost loop,
     else ``(why not, None)``."""
+    # Cheapest questions first: the rule asks them of every block of every design space.
+    if sref.parent is None:
+        return "the function's root block", None
     block = sref.stmt
-    if not is_reduction(block):
+    if block.init is None:  # every reduction has one until the RewriteReductionBlock postproc
         return "not a reduction", None
+    if not in_own_plain_loops(sch, block_rv, sref):
+        return "not in a plain loop nest of its own (tiled, bound or moved)", None
     if len(block.writes) != 1:
         return f"writes {len(block.writes)} buffers", None
     buffer = block.writes[0].buffer
     if buffer.scope() not in GLOBAL_SCOPES:
         return f"writes a {buffer.scope()} buffer", None
-    if not in_plain_loops(sref):
-        return "already tiled, bound or moved", None
     if is_output_block(sch, block_rv):
         return "an output block", None
     found = consumers(sch, sref)
@@ -77,9 +82,9 @@ def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV,
     consumer = found[0].stmt
     if not is_spatial(consumer) or len(consumer.writes) != 1:
         return "its consumer is not elementwise", None
-    if not enclosing_loops(found[0]):
+    if not under_a_loop(found[0]):
         return "its consumer has no loop", None
-    indices = single_access_indices(loads_of(buffer, consumer.body))
+    indices = single_point_read(consumer, buffer)
     if indices is None:
         return "its consumer reads it at several points", None
     if not injective_in_block_iters(indices, consumer):
@@ -107,16 +112,15 @@ class ComputeReductionAtConsumer(PyScheduleRule):
         reason, _ = reduction_fusion_blocker(sch, block, sref)
         if reason is not None:
             return [sch]
-        fused = sch.copy()  # the input stays untouched (and its trace clean) if a primitive refuses
-        (consumer,) = fused.get_consumers(block)
-        try:
-            fused.compute_at(block, fused.get_loops(consumer)[-1], preserve_unit_loops=True)
-        except tir.ScheduleError as err:
+        (consumer,) = get_consumers(sch, block)
+        try:  # compute_at checks legality before it changes anything
+            compute_at(sch, block, get_loops(sch, consumer)[-1], preserve_unit_loops=True)
+        except tir.ScheduleError as err:  # the trace keeps the two lookups above, pure and unused
             logger.debug("ComputeReductionAtConsumer: %r not moved: %s",
                          sref.stmt.name_hint, str(err).strip().splitlines()[-1])
             return [sch]
-        fused.set_scope(block, 0, "local")
-        return [fused]
+        set_scope(sch, block, 0, "local")  # legal: the buffer is allocated here, not an output
+        return [sch]
 
     def clone(self) -> "ComputeReductionAtConsumer":
         return ComputeReductionAtConsumer()

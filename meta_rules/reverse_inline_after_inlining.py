@@ -24,11 +24,12 @@ and after ``reverse_compute_inline(T_add)``, where ``conv`` (int32, in global me
                 + T.q_multiply_shift(T.Cast("int32", residual[v0, v1, v2, v3]), ...), 255), 0))
 
 A block is taken when it is spatial, writes one buffer, is not marked
-``meta_schedule.inline_rule = "disable"``, has exactly one producer, and that producer is not
-tensorized (``meta_schedule.auto_tensorize``): what AutoInline's into-producer branch asks. TVM's
-``reverse_compute_inline`` then checks the rest (a complete producer that is not itself an output
-block, one buffer read from inside the scope, an affine access it can invert) and refuses anything
-else, which leaves the schedule unchanged. Blocks that no inlining touched get the answer AutoInline
+``meta_schedule.inline_rule = "disable"``, has exactly one producer, and that producer is spatial
+and not tensorized (``meta_schedule.auto_tensorize``): what AutoInline's into-producer branch asks
+(TVM's ``IsCompleteBlock`` holds no reduction). TVM's ``reverse_compute_inline`` then checks the
+rest (a complete producer that is not itself an output block, one buffer read from inside the
+scope, an affine access it can invert) and refuses anything else, which leaves the schedule
+unchanged. Blocks that no inlining touched get the answer AutoInline
 gave them, so the rule only changes what AutoInline's own visiting order missed.
 
 Only placed after an AutoInline that has ``into_producer`` and none of the CPU filters
@@ -48,6 +49,7 @@ from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
 from .block_relations import is_spatial, live_block_sref, producers
+from .unchecked_schedule import reverse_compute_inline
 
 logger = logging.getLogger(__name__)
 
@@ -57,18 +59,23 @@ AUTO_TENSORIZE_ANN = "meta_schedule.auto_tensorize"  # tir.attr.meta_schedule_au
 
 def reverse_inline_blocker(sch: Schedule, sref: StmtSRef) -> Optional[str]:
     """Why the block must not be offered to ``reverse_compute_inline``, or None if it may be."""
-    block = sref.stmt
-    if not is_spatial(block):
-        return "not a spatial block"
+    block = sref.stmt  # cheapest questions first: the rule asks them of every remaining block
     if len(block.writes) != 1:
         return f"writes {len(block.writes)} buffers"
-    if str(block.annotations.get(INLINE_RULE_ANN, "")) == "disable":
-        return "inlining disabled by annotation"
+    if block.init is not None:
+        return "not a spatial block"
     found = producers(sch, sref)
     if len(found) != 1:
         return f"{len(found)} producers"
-    if AUTO_TENSORIZE_ANN in found[0].stmt.annotations:
+    producer = found[0].stmt
+    if AUTO_TENSORIZE_ANN in producer.annotations:
         return "its producer is tensorized"
+    if not is_spatial(producer):  # a reduction is never complete: TVM would refuse, at a cost
+        return "its producer is not a spatial block"
+    if not is_spatial(block):
+        return "not a spatial block"
+    if str(block.annotations.get(INLINE_RULE_ANN, "")) == "disable":
+        return "inlining disabled by annotation"
     return None
 
 
@@ -98,7 +105,7 @@ class ReverseInlineAfterInlining(PyScheduleRule):
         if reason is not None:
             return [sch]
         try:  # reverse_compute_inline checks legality before it changes anything
-            sch.reverse_compute_inline(block)
+            reverse_compute_inline(sch, block)
         except tir.ScheduleError as err:
             logger.debug("ReverseInlineAfterInlining: %r not inlined: %s",
                          sref.stmt.name_hint, str(err).strip().splitlines()[-1])

@@ -39,12 +39,12 @@ def _reduction_then(consume, shape=(16,), outputs_reduction=False):
 
 
 def _apply(mod):
+    """The module before, the schedule the rule returns, and the reason it gave to leave it."""
     sch = tir.Schedule(mod)
     block = sch.get_block("red")
-    before = sch.mod
-    (result,) = ComputeReductionAtConsumer().apply(sch, block)
     reason, _ = reduction_fusion_blocker(sch, block, sch.get_sref(block))
-    return before, result, reason
+    (result,) = ComputeReductionAtConsumer().apply(sch, block)
+    return mod, result, reason
 
 
 def test_elementwise_consumer_gets_the_reduction_in_a_local_buffer():
@@ -93,10 +93,10 @@ def test_reduction_already_moved_left_alone():
     sch = tir.Schedule(_reduction_then(lambda red, i: red[i] * 2))
     (loop,) = sch.get_loops(sch.get_block("out"))
     outer, _ = sch.split(loop, [4, 4])
-    sch.compute_at(sch.get_block("red"), outer)
+    sch.compute_at(sch.get_block("red"), outer)  # serial, unannotated, but the consumer's loop
     before = sch.mod
-    ComputeReductionAtConsumer().apply(sch, sch.get_block("red"))
-    tvm.ir.assert_structural_equal(sch.mod, before)
+    (result,) = ComputeReductionAtConsumer().apply(sch, sch.get_block("red"))
+    tvm.ir.assert_structural_equal(result.mod, before)
 
 
 def test_spatial_block_left_alone():
