@@ -7,12 +7,13 @@ the section carries the command that produced it, the machine and the date.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 from relay_ext.latency_bench import machine_description
 
@@ -30,6 +31,24 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
+def load_results(path: Path) -> Dict[str, Dict]:
+    """The rows a benchmark stored in ``path`` (JSON, keyed by configuration), or none."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_result(path: Path, key: str, row: Dict) -> None:
+    """Store ``row`` under ``key`` in ``path``, keeping every other row."""
+    rows = load_results(path)
+    rows[key] = row
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def utc_now() -> str:
+    """The time now, as every benchmark stamps its rows."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def current_commit() -> str:
     """The short hash of this checkout's HEAD, or "" outside a git checkout."""
     try:
@@ -43,7 +62,7 @@ def write_section(name: str, title: str, body: str, command: List[str] | None = 
     """Replace (or append) the section ``name`` of docs/BENCHMARKS.md."""
     command = command if command is not None else [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
     commit = current_commit()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = utc_now()
     section = (
         f"<!-- begin: {name} -->\n## {title}\n\n"
         f"- command: `python {shlex.join(command)}`\n- date: {stamp}"

@@ -5,13 +5,19 @@
 For each quantized task and target the same TuneContext setup is timed for both variants
 (generate_design_space only, median of repeats, variants interleaved so drift hits both alike);
 the ratio ours/upstream is printed and written to docs/BENCHMARKS.md. Target: <= 1.15.
+
+Besides the seed workloads, two tasks where ours' fusion rules act (tests/fusion_workloads.py,
+the workloads of their tests): a ResNet basic block's conv with its residual epilogue, NHWC at
+ResNet-18's first stage size, and a global average pool + cast.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Dict, List
 
 import tvm
@@ -21,7 +27,16 @@ import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
 from relay_ext.te_workloads import BENCHMARK_TASKS
 
-TASKS: Dict[str, Callable[[], tvm.IRModule]] = BENCHMARK_TASKS
+# The shared TE workloads live with the tests until they move to a package of their own.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fusion_workloads import avg_pool_cast, residual_conv_epilogue  # noqa: E402  pylint: disable=wrong-import-position
+
+TASKS: Dict[str, Callable[[], tvm.IRModule]] = {
+    **BENCHMARK_TASKS,
+    "residual: int8 conv2d 3x3 NHWC 56x56x64 + requantize + residual add + relu":
+        lambda: residual_conv_epilogue("NHWC", size=56, channels=64),
+    "int8 global avg pool 7x7x512 NHWC + cast": lambda: avg_pool_cast("NHWC", channels=512),
+}
 TARGETS = {
     "a100 (cuda-tensorcore)": "nvidia/nvidia-a100",
     "cuda sm_70": "cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "
@@ -47,10 +62,15 @@ def time_generation(mod: tvm.IRModule, target: str, variant: str) -> Callable[[]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tasks", default="",
+                        help="comma-separated substrings: time only the tasks whose name has one")
     args = parser.parse_args()
+    wanted = [w for w in args.tasks.split(",") if w]
     rows: List[List[object]] = []
     ratios = []
     for task_name, build in TASKS.items():
+        if wanted and not any(w in task_name for w in wanted):
+            continue
         mod = build()
         for target_name, target in TARGETS.items():
             timers = {v: time_generation(mod, target, v) for v in ("ours", "upstream")}
