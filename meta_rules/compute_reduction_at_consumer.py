@@ -39,57 +39,52 @@ and has a loop to compute it at. Decided by structure, never by name.
 
 from __future__ import annotations
 
-import logging
-from typing import List, Optional, Tuple
+from typing import Optional
 
-from tvm import tir
-from tvm.meta_schedule.schedule_rule import CrossThreadReduction, PyScheduleRule
+from tvm.meta_schedule.schedule_rule import CrossThreadReduction
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule.analysis import is_output_block
 
 from .block_relations import (GLOBAL_SCOPES, consumers, in_own_plain_loops,
-                              injective_in_block_iters, is_spatial, live_block_sref,
-                              single_point_read, under_a_loop)
+                              injective_in_block_iters, is_spatial, single_point_read,
+                              under_a_loop)
+from .structural_rule import StructuralRule
 from .unchecked_schedule import compute_at, get_consumers, get_loops, set_scope
 
-logger = logging.getLogger(__name__)
 
-
-def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV,
-                             sref: StmtSRef) -> Tuple[Optional[str], Optional[StmtSRef]]:
-    """``(None, consumer)`` when the reduction may be computed at ``consumer``'s innermost loop,
-    else ``(why not, None)``."""
+def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV, sref: StmtSRef) -> Optional[str]:
+    """Why the block must not be computed at its consumer's innermost loop, or None if it may."""
     # Cheapest questions first: the rule asks them of every block of every design space.
     if sref.parent is None:
-        return "the function's root block", None
+        return "the function's root block"
     block = sref.stmt
     if block.init is None:  # every reduction has one until the RewriteReductionBlock postproc
-        return "not a reduction", None
+        return "not a reduction"
     if not in_own_plain_loops(sch, block_rv, sref):
-        return "not in a plain loop nest of its own (tiled, bound or moved)", None
+        return "not in a plain loop nest of its own (tiled, bound or moved)"
     if len(block.writes) != 1:
-        return f"writes {len(block.writes)} buffers", None
+        return f"writes {len(block.writes)} buffers"
     buffer = block.writes[0].buffer
     if buffer.scope() not in GLOBAL_SCOPES:
-        return f"writes a {buffer.scope()} buffer", None
+        return f"writes a {buffer.scope()} buffer"
     if is_output_block(sch, block_rv):
-        return "an output block", None
+        return "an output block"
     found = consumers(sch, sref)
     if len(found) != 1:
-        return f"{len(found)} consumers", None
+        return f"{len(found)} consumers"
     consumer = found[0].stmt
     if not is_spatial(consumer) or len(consumer.writes) != 1:
-        return "its consumer is not elementwise", None
+        return "its consumer is not elementwise"
     if not under_a_loop(found[0]):
-        return "its consumer has no loop", None
+        return "its consumer has no loop"
     indices = single_point_read(consumer, buffer)
     if indices is None:
-        return "its consumer reads it at several points", None
+        return "its consumer reads it at several points"
     if not injective_in_block_iters(indices, consumer):
-        return "its consumer reads some element more than once", None
-    return None, found[0]
+        return "its consumer reads some element more than once"
+    return None
 
 
 def follows_cross_thread_reduction(rule: object) -> bool:
@@ -98,29 +93,17 @@ def follows_cross_thread_reduction(rule: object) -> bool:
 
 
 @derived_object
-class ComputeReductionAtConsumer(PyScheduleRule):
+class ComputeReductionAtConsumer(StructuralRule):
     """Compute a root-level reduction at its elementwise consumer's innermost loop, in a local
     buffer; see the module docstring."""
 
-    def _initialize_with_tune_context(self, context) -> None:  # no target-dependent state
-        pass
+    def blocker(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> Optional[str]:
+        return reduction_fusion_blocker(sch, block, sref)
 
-    def apply(self, sch: Schedule, block: BlockRV) -> List[Schedule]:
-        sref = live_block_sref(sch, block)
-        if sref is None:
-            return [sch]
-        reason, _ = reduction_fusion_blocker(sch, block, sref)
-        if reason is not None:
-            return [sch]
+    def transform(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> None:
         (consumer,) = get_consumers(sch, block)
-        try:  # compute_at checks legality before it changes anything
-            compute_at(sch, block, get_loops(sch, consumer)[-1], preserve_unit_loops=True)
-        except tir.ScheduleError as err:  # the trace keeps the two lookups above, pure and unused
-            logger.debug("ComputeReductionAtConsumer: %r not moved: %s",
-                         sref.stmt.name_hint, str(err).strip().splitlines()[-1])
-            return [sch]
-        set_scope(sch, block, 0, "local")  # legal: the buffer is allocated here, not an output
-        return [sch]
-
-    def clone(self) -> "ComputeReductionAtConsumer":
-        return ComputeReductionAtConsumer()
+        loop = get_loops(sch, consumer)[-1]
+        # compute_at refuses before it changes anything; the trace then keeps the two lookups
+        # above, pure and unused
+        if self.attempt(sref, lambda: compute_at(sch, block, loop, preserve_unit_loops=True)):
+            set_scope(sch, block, 0, "local")  # legal: the buffer is allocated here, no output

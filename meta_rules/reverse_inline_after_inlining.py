@@ -39,19 +39,16 @@ Only placed after an AutoInline that has ``into_producer`` and none of the CPU f
 
 from __future__ import annotations
 
-import logging
-from typing import List, Optional
+from typing import Optional
 
-from tvm import tir
-from tvm.meta_schedule.schedule_rule import AutoInline, PyScheduleRule
+from tvm.meta_schedule.schedule_rule import AutoInline
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .block_relations import is_spatial, live_block_sref, producers
+from .block_relations import is_spatial, producers
+from .structural_rule import StructuralRule
 from .unchecked_schedule import reverse_compute_inline
-
-logger = logging.getLogger(__name__)
 
 INLINE_RULE_ANN = "meta_schedule.inline_rule"      # tir.attr.meta_schedule_inline_rule
 AUTO_TENSORIZE_ANN = "meta_schedule.auto_tensorize"  # tir.attr.meta_schedule_auto_tensorize
@@ -91,25 +88,12 @@ def follows_into_producer(rule: object) -> bool:
 
 
 @derived_object
-class ReverseInlineAfterInlining(PyScheduleRule):
+class ReverseInlineAfterInlining(StructuralRule):
     """Reverse-inline a spatial block into its single remaining producer; see the module docstring."""
 
-    def _initialize_with_tune_context(self, context) -> None:  # no target-dependent state
-        pass
+    def blocker(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> Optional[str]:
+        return reverse_inline_blocker(sch, sref)
 
-    def apply(self, sch: Schedule, block: BlockRV) -> List[Schedule]:
-        sref = live_block_sref(sch, block)
-        if sref is None:
-            return [sch]
-        reason = reverse_inline_blocker(sch, sref)
-        if reason is not None:
-            return [sch]
-        try:  # reverse_compute_inline checks legality before it changes anything
-            reverse_compute_inline(sch, block)
-        except tir.ScheduleError as err:
-            logger.debug("ReverseInlineAfterInlining: %r not inlined: %s",
-                         sref.stmt.name_hint, str(err).strip().splitlines()[-1])
-        return [sch]
-
-    def clone(self) -> "ReverseInlineAfterInlining":
-        return ReverseInlineAfterInlining()
+    def transform(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> None:
+        # reverse_compute_inline checks the rest, and refuses before it changes anything
+        self.attempt(sref, lambda: reverse_compute_inline(sch, block))

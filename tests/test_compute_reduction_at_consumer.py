@@ -42,7 +42,7 @@ def _apply(mod):
     """The module before, the schedule the rule returns, and the reason it gave to leave it."""
     sch = tir.Schedule(mod)
     block = sch.get_block("red")
-    reason, _ = reduction_fusion_blocker(sch, block, sch.get_sref(block))
+    reason = reduction_fusion_blocker(sch, block, sch.get_sref(block))
     (result,) = ComputeReductionAtConsumer().apply(sch, block)
     return mod, result, reason
 
