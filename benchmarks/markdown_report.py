@@ -58,9 +58,19 @@ def current_commit() -> str:
         return ""
 
 
+def _script_path() -> str:
+    """The running script, relative to the checkout when it lies inside it (``python -m`` gives an
+    absolute path, which names the machine's checkout rather than the command to run)."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        return script.relative_to(BENCHMARKS_MD.parent.parent).as_posix()
+    except ValueError:
+        return Path(sys.argv[0]).as_posix()
+
+
 def write_section(name: str, title: str, body: str, command: List[str] | None = None) -> Path:
     """Replace (or append) the section ``name`` of docs/BENCHMARKS.md."""
-    command = command if command is not None else [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
+    command = command if command is not None else [_script_path(), *sys.argv[1:]]
     commit = current_commit()
     stamp = utc_now()
     section = (
