@@ -107,3 +107,6 @@ class ComputeReductionAtConsumer(StructuralRule):
         # above, pure and unused
         if self.attempt(sref, lambda: compute_at(sch, block, loop, preserve_unit_loops=True)):
             set_scope(sch, block, 0, "local")  # legal: the buffer is allocated here, no output
+
+    def clone(self) -> "ComputeReductionAtConsumer":
+        return ComputeReductionAtConsumer()  # the wrapped class (see structural_rule)

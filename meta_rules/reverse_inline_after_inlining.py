@@ -97,3 +97,6 @@ class ReverseInlineAfterInlining(StructuralRule):
     def transform(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> None:
         # reverse_compute_inline checks the rest, and refuses before it changes anything
         self.attempt(sref, lambda: reverse_compute_inline(sch, block))
+
+    def clone(self) -> "ReverseInlineAfterInlining":
+        return ReverseInlineAfterInlining()  # the wrapped class (see structural_rule)

@@ -1,8 +1,10 @@
 """What the fusion rules share: look at a block, and change the schedule only when it qualifies.
 
-A rule subclasses :class:`StructuralRule` and supplies two methods: ``blocker``, a pure analysis
-that says why a block must be left alone (None when the rule may act), and ``transform``, which
-applies TVM's schedule primitives. A primitive that refuses (a ``ScheduleError``, raised before TVM
+A rule subclasses :class:`StructuralRule` and supplies three methods: ``blocker``, a pure analysis
+that says why a block must be left alone (None when the rule may act), ``transform``, which
+applies TVM's schedule primitives, and ``clone``, which must return an instance of the class as
+``@derived_object`` wrapped it (the name the module exports): inside a method, ``type(self)`` is
+the unwrapped class, and MetaSchedule crashes on a clone that is not a TVM object. A primitive that refuses (a ``ScheduleError``, raised before TVM
 changes anything) leaves the schedule as it was; the refusal is logged at DEBUG. Any other error
 reaches MetaSchedule.
 """
@@ -43,7 +45,7 @@ class StructuralRule(PyScheduleRule):
         return [sch]
 
     def clone(self) -> "StructuralRule":
-        return type(self)()
+        raise NotImplementedError
 
     def attempt(self, sref: StmtSRef, primitive: Callable[[], None]) -> bool:
         """Run ``primitive``; on a ScheduleError leave the schedule as it is and return False."""

@@ -147,3 +147,19 @@ def test_placed_right_after_autoinline_on_gpu_only():
         assert kinds.count(ReverseInlineAfterInlining) == 1
     for target in ("llvm -num-cores 2", "llvm -mcpu=cascadelake -num-cores 2"):
         assert ReverseInlineAfterInlining not in [type(r) for r in meta_rules.schedule_rules(target)]
+
+
+@pytest.mark.parametrize("workload", ["residual", "pool"])
+def test_rules_survive_clone(workload):
+    # A tune clones its TuneContext (search threads, task scheduler): each rule's clone must be a
+    # TVM object again, or PostOrderApply's clone crashes the process.
+    from tvm import meta_schedule as ms
+
+    from fusion_workloads import avg_pool_cast
+
+    mod = residual_conv_epilogue() if workload == "residual" else avg_pool_cast()
+    context = ms.TuneContext(mod=mod, target=PLAIN_CUDA, rand_state=1,
+                             space_generator=meta_rules.space_generator(PLAIN_CUDA, "ours"))
+    clone = context.clone()
+    assert [fusion.global_intermediates(s.mod) for s in clone.generate_design_space()] \
+        == [[] for _ in context.generate_design_space()]
