@@ -34,7 +34,7 @@ import torch
 import tvm
 from tvm import meta_schedule as ms
 
-from benchmarks.markdown_report import (current_commit, keep_result, markdown_table, read_results,
+from benchmarks.markdown_report import (current_commit, save_result, markdown_table, load_results,
                                          write_results_section)
 from meta_rules import VARIANTS
 from relay_ext import models
@@ -223,11 +223,12 @@ def main() -> int:
     parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-latency")
     args = parser.parse_args()
     args.seeds = [int(seed) for seed in args.seeds.split(",")]
-    stored = {result_key(result): result for result in read_results(RESULTS).values()}  # older keys lacked -mcpu
+    stored = {result_key(result): result for result in load_results(RESULTS).values()}  # older keys lacked -mcpu
     for name in [m for m in args.models.split(",") if m]:  # --models '': only render the section
         result = bench_model(name, args)
         print(model_table(result), flush=True)
-        stored = keep_result(RESULTS, result_key(result), result, stored)
+        save_result(RESULTS, result_key(result), result)
+        stored = {result_key(r): r for r in load_results(RESULTS).values()}
     write_results_section(
         "cpu_latency", "CPU latency at equal tuning budgets",
         "Weights are random (fixed seed), calibrated on random data. Tuning here is small: 2 "

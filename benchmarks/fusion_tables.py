@@ -18,13 +18,18 @@ Configurations:
   its tensor-core rule set for any ``sm_75`` or newer arch, so dropping the arch is how the plain
   CUDA rules are applied with the A100's limits.
 * ``a100, cuda-tensorcore rules``: NHWC, the nvidia/nvidia-a100 tag as it is.
+* ``cuda sm_70``, ``vulkan``, ``rocm``: NCHW, the other GPU rule sets' targets, each with the limits
+  MetaSchedule needs and no device to ask: ``cuda -arch=sm_70`` with a V100's limits (TVM's plain
+  CUDA rules), ``vulkan`` with 32 KiB of shared memory per block (TVM's vulkan kind has no default
+  for it, and MetaSchedule needs one), ``rocm`` as TVM defaults it (gfx900).
+
+Every row also keeps the tasks where "ours" still leaves an intermediate, with the buffers, so a
+note can name them.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -32,7 +37,8 @@ from typing import Dict, List
 from tvm.target import Target
 
 import meta_rules
-from benchmarks.markdown_report import current_commit, markdown_table, write_section
+from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
+                                        utc_now, write_section)
 from relay_ext import models
 from relay_ext.report.fusion import FusionReport, fusion_report
 
@@ -52,6 +58,12 @@ CONFIGS: Dict[str, Dict] = {
                   "layout": "NCHW"},
     "a100-tensorcore": {"label": "a100, cuda-tensorcore rules (NHWC)",
                         "target": lambda: "nvidia/nvidia-a100", "layout": "NHWC"},
+    "cuda-sm70": {"label": "cuda sm_70 (NCHW)", "layout": "NCHW", "target": lambda: Target(
+        "cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "
+        "-thread_warp_size=32")},
+    "vulkan": {"label": "vulkan (NCHW)", "layout": "NCHW",
+               "target": lambda: Target("vulkan -max_shared_memory_per_block=32768")},
+    "rocm": {"label": "rocm gfx900 (NCHW)", "layout": "NCHW", "target": lambda: Target("rocm")},
 }
 
 
@@ -71,21 +83,16 @@ LLVM_NOTE = (
 )
 
 
-def load_rows() -> Dict[str, Dict]:
-    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-
-
-def save_row(key: str, row: Dict) -> None:
-    rows = load_rows()
-    rows[key] = row
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
-
-
 def worse_than_upstream(report: FusionReport) -> List[str]:
     """Tasks where "ours" leaves more global intermediates than "upstream"."""
     return [t.name for t in report.tasks
             if t.variants["ours"].intermediates > t.variants["upstream"].intermediates]
+
+
+def kept_by_ours(report: FusionReport) -> List[str]:
+    """``"<task> (<anchor>): <buffers>"`` for every task where "ours" keeps an intermediate."""
+    return [f"{t.name} ({t.anchor}): {', '.join(t.variants['ours'].buffers)}"
+            for t in report.tasks if t.variants["ours"].intermediates]
 
 
 def summary_row(model: str, config: str, report: FusionReport, seconds: float) -> List[object]:
@@ -118,13 +125,15 @@ def main() -> int:
             seconds = time.perf_counter() - start
             row = summary_row(model, label, report, seconds)
             print(" | ".join(str(c) for c in row), flush=True)
-            save_row(f"{config_name}/{model}/{args.image_size}", {
+            save_result(RESULTS, f"{config_name}/{model}/{args.image_size}", {
                 "row": row, "worse_than_upstream": worse_than_upstream(report),
+                "kept_by_ours": kept_by_ours(report),
                 "image_size": args.image_size, "commit": current_commit(),
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "date": utc_now(),
             })
-    stored = load_rows()
-    rows, details, dates, shown = [], [], set(), []
+    stored = load_results(RESULTS)
+    rows, details, dates, shown, kept = [], [], set(), [], []
+    models_of: Dict[str, List[str]] = {}
     model_order = ["resnet18", "resnet50", "mobilenet_v2"]
     for key in sorted(stored, key=lambda k: (list(CONFIGS).index(k.split("/")[0]),
                                              model_order.index(k.split("/")[1])
@@ -133,12 +142,16 @@ def main() -> int:
         if entry["image_size"] != args.image_size:
             continue
         rows.append(entry["row"])
+        models_of.setdefault(key.split("/")[0], []).append(key.split("/")[1])
         if key.split("/")[0] not in shown:
             shown.append(key.split("/")[0])
         dates.add(f"{entry['date']} (commit {entry['commit']})")
         if entry["worse_than_upstream"]:
             details.append(f"- {entry['row'][0]}, {entry['row'][1]}: ours leaves more than "
                            "upstream on " + ", ".join(entry["worse_than_upstream"]))
+        if key.split("/")[0] != "llvm" and entry.get("kept_by_ours"):
+            kept.append(f"- {entry['row'][0]}, {entry['row'][1]}: "
+                        + "; ".join(entry["kept_by_ours"]))
     assert set(variants) == set(meta_rules.VARIANTS)
     header = ["model", "target (layout)", "tasks",
               *[f"{v}: tasks with / intermediates / traffic" for v in variants],
@@ -151,12 +164,23 @@ def main() -> int:
         "intermediates, and the global traffic they cost (each written once and read once). "
         "`a100, cuda rules` is the nvidia/nvidia-a100 tag without its arch (MetaSchedule picks "
         "tensor-core rules for sm_75 and newer; with no CUDA installed TVM then sets "
-        "`-arch=sm_50`); `llvm AVX-512` is `llvm -mcpu=skylake-avx512 -num-cores 2`. Report time is the whole `fusion_report` (task "
-        "extraction under 3 variants and every design space), on 2 cores.\n\n"
+        "`-arch=sm_50`); `llvm AVX-512` is `llvm -mcpu=skylake-avx512 -num-cores 2`; `cuda sm_70` "
+        "is `cuda -arch=sm_70` with a V100's limits (TVM's plain CUDA rules), `vulkan` is "
+        "`vulkan -max_shared_memory_per_block=32768` (TVM gives vulkan no shared-memory limit and "
+        "MetaSchedule needs one), `rocm gfx900` is TVM's default `rocm` target. Report time is "
+        "the whole `fusion_report` (task extraction under 3 variants and every design space), on "
+        "2 cores, shared with other work.\n\n"
         + markdown_table(header, rows)
         + ("\n\n" + "\n".join(details) if details else
            "\n\nOurs leaves no more intermediates than upstream on any task of any row.")
+        + ("\n\nGPU tasks where ours still keeps an intermediate (task, anchor op: buffers):\n\n"
+           + "\n".join(kept) if kept else
+           "\n\nOn every GPU row, ours keeps no global intermediate in any task.")
         + ("\n\n" + LLVM_NOTE if "llvm" in shown else "")
+        + "\n\nThe rows of each configuration are recomputed by:\n\n"
+        + "\n".join(f"- `python -m benchmarks.fusion_tables --configs {c} --models {','.join(m)}"
+                     + (f" --image-size {args.image_size}`" if args.image_size != 224 else "`")
+                     for c, m in models_of.items())
     )
     # The command that recomputes every row shown (a run may have added only some of them).
     command = ["benchmarks/fusion_tables.py", "--configs", ",".join(shown)]

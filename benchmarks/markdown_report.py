@@ -25,6 +25,24 @@ HEADER = (
 )
 
 
+def load_results(path: Path) -> Dict[str, Dict]:
+    """The rows a benchmark stored in ``path`` (JSON, keyed by configuration), or none."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_result(path: Path, key: str, row: Dict) -> None:
+    """Store ``row`` under ``key`` in ``path``, keeping every other row."""
+    rows = load_results(path)
+    rows[key] = row
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def utc_now() -> str:
+    """The time now, as every benchmark stamps its rows."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def current_commit() -> str:
     """The short hash of this checkout's HEAD, or "" outside a git checkout."""
     try:
@@ -34,11 +52,21 @@ def current_commit() -> str:
         return ""
 
 
+def _script_path() -> str:
+    """The running script, relative to the checkout when it lies inside it (``python -m`` gives an
+    absolute path, which names the machine's checkout rather than the command to run)."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        return script.relative_to(BENCHMARKS_MD.parent.parent).as_posix()
+    except ValueError:
+        return Path(sys.argv[0]).as_posix()
+
+
 def write_section(name: str, title: str, body: str, command: List[str] | None = None) -> Path:
     """Replace (or append) the section ``name`` of docs/BENCHMARKS.md."""
-    command = command if command is not None else [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
+    command = command if command is not None else [_script_path(), *sys.argv[1:]]
     commit = current_commit()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = utc_now()
     section = (
         f"<!-- begin: {name} -->\n## {title}\n\n"
         f"- command: `python {shlex.join(command)}`\n- date: {stamp}"
@@ -52,19 +80,6 @@ def write_section(name: str, title: str, body: str, command: List[str] | None = 
     BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
     BENCHMARKS_MD.write_text(text)
     return BENCHMARKS_MD
-
-
-def read_results(path: Path) -> Dict[str, Dict]:
-    """The results a benchmark keeps in its JSON file (empty when there is none yet)."""
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def keep_result(path: Path, key: str, result: Dict, stored: Dict[str, Dict]) -> Dict[str, Dict]:
-    """``result`` kept under ``key`` beside the ``stored`` ones, written to ``path``."""
-    stored = {**stored, key: result}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stored, indent=1) + "\n")
-    return stored
 
 
 def write_results_section(name: str, title: str, intro: str, stored: Dict[str, Dict],

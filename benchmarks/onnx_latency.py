@@ -227,15 +227,16 @@ def model_table(result: Dict) -> str:
 
 def main() -> int:
     args = parse_args(sys.argv[1:])
-    from benchmarks.markdown_report import keep_result, read_results, write_results_section
+    from benchmarks.markdown_report import save_result, load_results, write_results_section
 
-    stored = read_results(RESULTS)
+    stored = load_results(RESULTS)
     if not args.render_only:
         result = bench(args)
         print(model_table(result), flush=True)
         if args.no_docs:
             return 0
-        stored = keep_result(RESULTS, result_key(result), result, stored)
+        save_result(RESULTS, result_key(result), result)
+        stored = load_results(RESULTS)
     write_results_section(
         "onnx_latency", "CPU latency: ONNX Runtime int8, PyTorch int8 and TVM",
         "ONNX Runtime's int8 execution of the model exported to ONNX and quantized QDQ by ONNX Runtime "

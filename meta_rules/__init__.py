@@ -6,7 +6,9 @@ Importing this package registers the custom schedule rule ``compute_inline`` for
 
 from . import fusion
 from .compute_inline_custom_rule import compute_inline, register_compute_inline
+from .compute_reduction_at_consumer import ComputeReductionAtConsumer
 from .inline_constant_blocks import InlineConstantBlocks
+from .reverse_inline_after_inlining import ReverseInlineAfterInlining
 from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
                         space_generator)
 from .verify_lowered_gpu_code import VerifyLoweredGPUCode
@@ -16,7 +18,9 @@ register_compute_inline()
 
 __all__ = [
     "VARIANTS",
+    "ComputeReductionAtConsumer",
     "InlineConstantBlocks",
+    "ReverseInlineAfterInlining",
     "VerifyLoweredGPUCode",
     "compute_inline",
     "fusion",

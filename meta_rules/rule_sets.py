@@ -6,8 +6,11 @@ Variants:
 * ``"legacy"``   -- TVM's defaults without ``InlineConstantScalars``: TVM before that fix.
 * ``"ours"``     -- ``InlineConstantScalars`` replaced by :class:`InlineConstantBlocks`, placed right
   after ``ApplyCustomRule`` (which stays first), so constants are gone before any tiling or
-  AutoInline rule looks at their consumers; on GPU targets TVM's ``VerifyGPUCode`` postproc is
-  replaced by :class:`VerifyLoweredGPUCode`.
+  AutoInline rule looks at their consumers; where the defaults reverse-inline epilogues (an
+  ``AutoInline`` with ``into_producer``: every GPU kind), :class:`ReverseInlineAfterInlining`
+  right after that AutoInline and :class:`ComputeReductionAtConsumer` right after
+  ``CrossThreadReduction``; on GPU targets TVM's ``VerifyGPUCode`` postproc is replaced by
+  :class:`VerifyLoweredGPUCode`.
 
 The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
 with a TuneContext for the target, exactly as a tune with default rules would.
@@ -23,7 +26,9 @@ from tvm import meta_schedule as ms
 from tvm import te
 from tvm.target import Target
 
+from .compute_reduction_at_consumer import ComputeReductionAtConsumer, follows_cross_thread_reduction
 from .inline_constant_blocks import InlineConstantBlocks
+from .reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
 from .tvm_errors import tvm_error_message
 from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
@@ -99,7 +104,20 @@ def _edit_rules(rules: List[ms.ScheduleRule], variant: str) -> List[ms.ScheduleR
     if variant == "ours":
         custom = [i for i, r in enumerate(rules) if isinstance(r, ms.schedule_rule.ApplyCustomRule)]
         rules.insert(custom[0] + 1 if custom else 0, InlineConstantBlocks())
+        if any(follows_into_producer(r) for r in rules):
+            rules = _insert_after(rules, follows_into_producer, ReverseInlineAfterInlining)
+            rules = _insert_after(rules, follows_cross_thread_reduction, ComputeReductionAtConsumer)
     return rules
+
+
+def _insert_after(rules: List[ms.ScheduleRule], where, make) -> List[ms.ScheduleRule]:
+    """``rules`` with a new ``make()`` right after every rule for which ``where(rule)`` holds."""
+    edited: List[ms.ScheduleRule] = []
+    for rule in rules:
+        edited.append(rule)
+        if where(rule):
+            edited.append(make())
+    return edited
 
 
 def _edit_postprocs(procs: List[ms.Postproc], variant: str) -> List[ms.Postproc]:

@@ -5,7 +5,7 @@ import tvm
 from tvm import meta_schedule as ms
 
 import meta_rules
-from meta_rules import InlineConstantBlocks
+from meta_rules import ComputeReductionAtConsumer, InlineConstantBlocks, ReverseInlineAfterInlining
 
 TARGETS = {
     "llvm": "llvm -num-cores 2",
@@ -49,7 +49,11 @@ def test_variants_edit_tvm_defaults(name):
     assert ours[0] is ms.schedule_rule.ApplyCustomRule
     assert ours[1] is InlineConstantBlocks
     assert ms.schedule_rule.InlineConstantScalars not in ours
-    assert ours[:1] + ours[2:] == legacy
+    # the fusion rules come on the targets whose AutoInline reverse-inlines (GPU), nowhere else
+    fusion_rules = (ReverseInlineAfterInlining, ComputeReductionAtConsumer)
+    gpu = name.startswith("cuda")
+    assert [t for t in ours if t in fusion_rules] == (list(fusion_rules) if gpu else [])
+    assert [t for t in ours[:1] + ours[2:] if t not in fusion_rules] == legacy
     # before the first AutoInline and the first tiling rule
     assert ours.index(InlineConstantBlocks) < ours.index(ms.schedule_rule.AutoInline)
 
