@@ -37,6 +37,7 @@ from tvm import meta_schedule as ms
 from benchmarks.markdown_report import (current_commit, save_result, markdown_table, load_results,
                                          write_results_section)
 from meta_rules import VARIANTS
+from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext import models
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.targets import host_llvm_target, normalize_target
@@ -66,6 +67,7 @@ def search_strategy() -> ms.search_strategy.EvolutionarySearch:
 def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_iter: int,
                  seed: int, search_threads: int) -> Dict:
     work_dir.mkdir(parents=True, exist_ok=True)
+    register_tensor_intrinsics(target)  # before a database of tensorized records is read
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     have = len(database)
     start = time.perf_counter()

@@ -85,6 +85,8 @@ def bench(args: argparse.Namespace) -> Dict:
     import tvm
     from tvm import meta_schedule as ms
 
+    from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+
     from benchmarks.markdown_report import current_commit
     from relay_ext import models
     from relay_ext.report.accuracy import build_untuned, step_error
@@ -116,6 +118,7 @@ def bench(args: argparse.Namespace) -> Dict:
     if args.tuned_work_dir:
         loaded = onnx_model if args.tuned_import == "onnx" else torch_model
         Path(args.tuned_work_dir).mkdir(parents=True, exist_ok=True)
+        register_tensor_intrinsics(target)  # before a database of tensorized records is read
         database = ms.database.JSONDatabase(work_dir=args.tuned_work_dir)
         if len(database) < args.tune_trials:
             print(f"  tuning {args.tune_trials - len(database)} trials into {args.tuned_work_dir}", flush=True)

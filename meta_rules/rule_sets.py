@@ -29,6 +29,7 @@ from tvm.target import Target
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer, follows_cross_thread_reduction
 from .inline_constant_blocks import InlineConstantBlocks
 from .reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
+from .tensor_intrinsics import register_tensor_intrinsics
 from .tvm_errors import tvm_error_message
 from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
@@ -130,7 +131,9 @@ def rule_set(target: TargetLike, variant: str = "ours") -> PostOrderApplyDefault
     """Schedule rules, postprocs and mutator probabilities of ``variant`` for ``target``, from one
     question to TVM (fresh objects on every call)."""
     check_variant(variant)
-    rules, procs, probs = _ask_tvm(as_target(target))
+    target = as_target(target)
+    register_tensor_intrinsics(target)  # the tensorizing rules name them
+    rules, procs, probs = _ask_tvm(target)
     return (_edit_rules(rules, variant), _edit_postprocs(procs, variant),
             {m: float(p) for m, p in probs.items()})
 

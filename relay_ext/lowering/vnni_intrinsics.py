@@ -106,7 +106,9 @@ def install() -> bool:
         return True
     if not llvm_takes_byte_operands():
         return False
-    from tvm.tir.tensor_intrin import x86  # pylint: disable=import-outside-toplevel
+    from meta_rules.tensor_intrinsics import family_module  # pylint: disable=import-outside-toplevel
+
+    x86 = family_module("x86")
     from tvm.topi.x86 import tensor_intrin  # pylint: disable=import-outside-toplevel
 
     TensorIntrin.register(x86.VNNI_DOT_16x4_INTRIN, x86.dot_product_16x4_u8i8i32_desc,

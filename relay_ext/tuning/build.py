@@ -15,6 +15,7 @@ from tvm.contrib import graph_executor
 from tvm.target import Target
 
 from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
 from ..lowering import vnni_intrinsics
 from ..lowering.config import pass_config
@@ -77,5 +78,6 @@ def build_with_records(database: ms.Database, mod: tvm.IRModule,
                        params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                        variant: str) -> tvm.runtime.Module:
     """:func:`compile_model` for a target and variant already checked."""
+    register_tensor_intrinsics(target)  # applying a tensorized record needs its intrinsic
     return ms.relay_integration.compile_relay(
         database, copy_module(mod), target, params, pass_config=pass_config(variant))

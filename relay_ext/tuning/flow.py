@@ -15,13 +15,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import tvm
 from tvm import meta_schedule as ms
-from tvm.tir import tensor_intrin  # noqa: F401 - registers the intrinsics tuning records name
-
-# A tuned record of a tensorized candidate (x86 AVX-512 ``dot_16x4_avx512``, CUDA tensor cores)
-# names its TensorIntrin; loading a JSONDatabase replays every record, and fails on a name that
-# is not registered. Importing ``tvm.tir.tensor_intrin`` registers them all.
 
 from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
 from ..lowering.config import build_candidate
 from ..lowering.targets import check_runs_here, normalize_target
@@ -101,6 +97,9 @@ def tune(
         check_runs_here(target)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
+    # A record of a tensorized candidate names its TensorIntrin, and loading the database replays
+    # every record: an intrinsic not registered yet fails the load.
+    register_tensor_intrinsics(target)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     records_before = len(database)
     tasks = lowered_tasks(mod, params, target, variant)

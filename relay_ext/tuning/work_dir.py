@@ -121,8 +121,11 @@ def recorded_run(work_dir: PathLike) -> Optional[Dict]:
 
 def open_tuned_database(work_dir: PathLike):
     """``work_dir``'s tuning database, repaired first (see :func:`repair_database`); WorkDirError
-    when the work dir does not exist or holds no records."""
+    when the work dir does not exist or holds no records. The TensorIntrins its records name are
+    registered first: those of the target in the work dir's run file, else all of TVM's."""
     from tvm import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    from meta_rules.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=import-outside-toplevel
 
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
@@ -130,6 +133,8 @@ def open_tuned_database(work_dir: PathLike):
     if not repair_database(work_dir)["records"]:
         raise WorkDirError(f"work dir {str(work_dir)!r} has no tuning database ({RECORD_FILE}); "
                            "run 'quantfuse tune --work-dir ...' first")
+    run = recorded_run(work_dir)
+    register_tensor_intrinsics(run.get("target") if run else None)
     return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
 
 

@@ -1,0 +1,91 @@
+"""TVM's TensorIntrins, registered per target before a schedule rule or a tuning record names one.
+
+Tensorizing rules (``MultiLevelTilingTensorCore``, the x86 VNNI / AVX-512 dot products ...) and
+the records they leave in a tuning database name intrinsics from TVM's registry, which TVM fills
+only on import of ``tvm.tir.tensor_intrin.<family>``. The package's ``__init__`` imports every
+family, ~7 s here (CUDA's alone parses thousands of TVMScript functions); x86's alone takes 0.1 s.
+So each target imports its own families:
+
+    register_tensor_intrinsics("llvm -mcpu=cascadelake")  # x86 only
+    register_tensor_intrinsics("nvidia/nvidia-a100")      # cuda
+    register_tensor_intrinsics(None)                      # every family (target unknown)
+
+A later plain ``import tvm.tir.tensor_intrin`` still runs TVM's ``__init__``, which reuses the
+families already loaded and loads the others. MetaSchedule's ``TuneContext`` makes that import
+itself, so design-space generation and tuning pay for every family anyway; what a target's own
+families save is the work that creates no TuneContext: opening a tuning database, compiling with
+it (``bench``), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Optional, Tuple, Union
+
+from tvm.target import Target
+
+PACKAGE = "tvm.tir.tensor_intrin"
+
+# target kind -> the families whose intrinsics TVM's default rules for that kind name
+_FAMILIES_BY_KIND = {
+    "cuda": ("cuda",),
+    "rocm": ("rocm",),
+    "metal": ("metal",),
+    "hexagon": ("hexagon",),
+    "vulkan": (),
+    "opencl": (),
+    "webgpu": (),
+}
+
+
+def families_for(target: Union[str, Target, None]) -> Optional[Tuple[str, ...]]:
+    """The families ``target`` needs; None when it is unknown (then every family)."""
+    if target is None:
+        return None
+    target = target if isinstance(target, Target) else Target(target)
+    kind = target.kind.name
+    if kind == "llvm":
+        triple = str(target.attrs.get("mtriple", ""))
+        is_arm = "arm_cpu" in target.keys or triple.startswith(("aarch64", "arm"))
+        return ("arm_cpu",) if is_arm else ("x86",)
+    return _FAMILIES_BY_KIND.get(kind)
+
+
+def register_tensor_intrinsics(target: Union[str, Target, None] = None) -> None:
+    """Import the intrinsic families ``target`` needs (all of them when ``target`` is None)."""
+    families = families_for(target)
+    if families is None or PACKAGE in sys.modules:
+        importlib.import_module(PACKAGE)  # TVM's __init__: every family (a no-op the second time)
+        for family in families or ():
+            importlib.import_module(f"{PACKAGE}.{family}")  # metal is not in TVM's __init__
+        return
+    missing = [f for f in families if f"{PACKAGE}.{f}" not in sys.modules]
+    if missing:
+        _import_families_alone(missing)
+
+
+def family_module(family: str):
+    """TVM's ``tvm.tir.tensor_intrin.<family>`` module, imported alone if it is not yet."""
+    name = f"{PACKAGE}.{family}"
+    if name not in sys.modules:
+        _import_families_alone([family])
+    return sys.modules[name]
+
+
+def _import_families_alone(families) -> None:
+    """Import ``PACKAGE.<family>`` without running ``PACKAGE/__init__.py``: the package is put in
+    ``sys.modules`` unexecuted for the duration, then taken out again, so that the next plain
+    import of the package runs TVM's ``__init__`` in full."""
+    spec = importlib.util.find_spec(PACKAGE)
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    try:
+        for family in families:
+            importlib.import_module(f"{PACKAGE}.{family}")
+    finally:
+        del sys.modules[PACKAGE]
+        parent = sys.modules["tvm.tir"]
+        if getattr(parent, "tensor_intrin", None) is package:
+            delattr(parent, "tensor_intrin")
