@@ -23,7 +23,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 from relay_ext import models
 from relay_ext.report.accuracy import step_error
-from relay_ext.frontend import onnx_export
+from relay_ext.frontend import eager_quantization, onnx_export
 from relay_ext.tuning import run_module
 
 CALIBRATION_BATCHES = 4
@@ -121,7 +121,7 @@ def _seeded(build, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build()
-        models._randomize_batch_norms(model)  # pylint: disable=protected-access
+        eager_quantization.randomize_batch_norms(model)
         return model.eval()
 
 
@@ -138,7 +138,8 @@ def fx_quantized_torchscript(
     shape = (1, 3, image_size, image_size)
     model = _seeded(EfficientNetStyle, seed)
     example = torch.from_numpy(_calibration(shape, seed + 1)[0])
-    with models._quantization_engine("x86"), models._quiet_torch_quantization_warnings():  # pylint: disable=protected-access
+    with (eager_quantization.quantization_engine("x86"),
+          eager_quantization.quiet_torch_quantization_warnings()):
         prepared = prepare_fx(model, get_default_qconfig_mapping("x86"), (example,))
         with torch.no_grad():
             for batch in _calibration(shape, seed + 2):

@@ -6,7 +6,8 @@ fusion, the x86 qconfig, calibration on random batches), traces it to TorchScrip
 with TVM's PyTorch frontend. ``from_torchscript(path, input_shapes)`` imports a user's own
 TorchScript file the same way. Both return a :class:`LoadedModel`. The import adds converters for
 quantized ops TVM 0.19's frontend lacks or rounds unlike PyTorch
-(:mod:`relay_ext.frontend.torch_quantized_ops`).
+(:mod:`relay_ext.frontend.torch_quantized_ops`). The quantization itself:
+:mod:`relay_ext.frontend.eager_quantization`.
 
 With ``layout="NHWC"`` the Relay module's ``qnn.conv2d`` ops are converted to NHWC data / HWIO
 kernel layout; the model's input stays NCHW, as PyTorch's.
@@ -14,31 +15,29 @@ kernel layout; the model's input stays NCHW, as PyTorch's.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import tvm
 from torch import nn
-from torch.ao import quantization as torch_quantization
 from tvm import relay
 
 from meta_rules.tvm_errors import tvm_error_message
 
 from . import quantizable_nets
+from .eager_quantization import (quantize_eager, quiet_torch_quantization_warnings, random_batches,
+                                 seeded_float_model)
 from . import torch_quantized_ops
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEED = 0
-QUANTIZATION_BACKEND = "x86"
 CALIBRATION_BATCHES = 4
-CALIBRATION_BATCH_SIZE = 2
 DEFAULT_INPUT_NAME = "input"
 LAYOUTS = ("NCHW", "NHWC")
 # ConvertLayout's request: NHWC activations, and "default" picks the kernel layout that goes with
@@ -151,8 +150,8 @@ def load(
     _check_load_arguments(spec, batch_size, image_size, layout)
     input_shape = spec.input_shape(batch_size, image_size)
     logger.info("building quantized %s for input %s (seed %d)", name, input_shape, seed)
-    float_model = _build_float_model(spec, seed)
-    calibration = _random_batches(input_shape, CALIBRATION_BATCHES, seed + 1)
+    float_model = seeded_float_model(spec.build, seed)
+    calibration = random_batches(input_shape, CALIBRATION_BATCHES, seed + 1)
     quantized = quantize_eager(float_model, calibration)
     example_input = _random_input(input_shape, seed + 2)
     torchscript = _trace(quantized, example_input)
@@ -223,79 +222,13 @@ def output_scale(mod: tvm.IRModule) -> float | None:
     return float(scale.data.numpy().reshape(()))
 
 
-# --- quantization -------------------------------------------------------------------------------
-
-
-def quantize_eager(model: nn.Module, calibration_batches: Sequence[torch.Tensor]) -> nn.Module:
-    """PyTorch eager-mode static quantization: fuse, prepare (x86 qconfig), calibrate, convert."""
-    model.eval()
-    model.fuse_model()
-    model.qconfig = torch_quantization.get_default_qconfig(QUANTIZATION_BACKEND)
-    with _quantization_engine(QUANTIZATION_BACKEND), _quiet_torch_quantization_warnings():
-        torch_quantization.prepare(model, inplace=True)
-        with torch.no_grad():
-            for batch in calibration_batches:
-                model(batch)
-        torch_quantization.convert(model, inplace=True)
-    return model
-
-
-@contextlib.contextmanager
-def _quantization_engine(backend: str) -> Iterator[None]:
-    previous = torch.backends.quantized.engine
-    if backend not in torch.backends.quantized.supported_engines:
-        raise RuntimeError(f"this PyTorch build has no {backend!r} quantized engine")
-    torch.backends.quantized.engine = backend
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = previous
-
-
-@contextlib.contextmanager
-def _quiet_torch_quantization_warnings() -> Iterator[None]:
-    """torch.ao.quantization warns on every call that it is deprecated; say it once in the log."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.ao\.quantization")
-        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
-        warnings.filterwarnings("ignore", message=r".*reduce_range will be deprecated.*")
-        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*")
-        yield
-
-
-def _build_float_model(spec: ModelSpec, seed: int) -> nn.Module:
-    """The float network with seeded random weights and random batch-norm statistics."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = spec.build()
-        _randomize_batch_norms(model)
-    return model.eval()
-
-
-def _randomize_batch_norms(model: nn.Module) -> None:
-    """Give batch norms non-trivial statistics, so that folding them into convs changes the weights."""
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            with torch.no_grad():
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-
-
-def _random_batches(shape: tuple[int, ...], count: int, seed: int) -> list[torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    batch_shape = (CALIBRATION_BATCH_SIZE, *shape[1:])
-    return [torch.randn(batch_shape, generator=generator) for _ in range(count)]
-
-
 def _random_input(shape: Sequence[int], seed: int) -> np.ndarray:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(tuple(shape), generator=generator).numpy()
 
 
 def _trace(model: nn.Module, example_input: np.ndarray) -> torch.jit.ScriptModule:
-    with torch.no_grad(), _quiet_torch_quantization_warnings(), warnings.catch_warnings():
+    with torch.no_grad(), quiet_torch_quantization_warnings(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         traced = torch.jit.trace(model, torch.from_numpy(example_input), check_trace=False)
     return traced.eval()

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import models
+from . import eager_quantization, models
 from .optional_deps import require_onnx, require_onnxruntime_quantization
 
 logger = logging.getLogger(__name__)
@@ -118,8 +118,9 @@ def export_quantized(
     spec = models._model_spec(name)  # pylint: disable=protected-access
     models._check_load_arguments(spec, batch_size, image_size, "NCHW")  # pylint: disable=protected-access
     input_shape = spec.input_shape(batch_size, image_size)
-    float_model = models._build_float_model(spec, seed)  # pylint: disable=protected-access
-    samples = torch.cat(models._random_batches(input_shape, models.CALIBRATION_BATCHES, seed + 1))  # pylint: disable=protected-access
+    float_model = eager_quantization.seeded_float_model(spec.build, seed)
+    samples = torch.cat(eager_quantization.random_batches(input_shape, models.CALIBRATION_BATCHES,
+                                                         seed + 1))
     calibration = [batch.numpy() for batch in samples.split(batch_size) if len(batch) == batch_size]
     path = Path(path)
     with tempfile.TemporaryDirectory() as scratch:
