@@ -16,8 +16,14 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# The suite on TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its
+# module fixtures are built once; heaviest files first, tests/conftest.py), then the tests that
+# time code, alone on the machine.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 tests
+	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile \
+	    --no-loadscope-reorder -m "not serial" tests
+	TOPHUB_LOCATION=NONE $(PY) -m pytest -q -m serial tests
 
 demo: $(STAMP)
 	TOPHUB_LOCATION=NONE $(VENV)/bin/quantfuse demo

@@ -1,6 +1,10 @@
 import os
+import pickle
+import shutil
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
@@ -11,6 +15,29 @@ TINY_32 = ["--model", "tiny_resnet", "--image-size", "32"]
 TUNED_TRIALS = 16
 A100 = "nvidia/nvidia-a100"
 FUSION_VARIANTS = ["legacy", "upstream", "ours"]
+
+
+# The heaviest test files first (seconds of one worker, measured 2026-12-01 on 2 cores). `make test`
+# runs the suite on two pytest-xdist workers, one file per worker at a time, in this order
+# (--dist loadfile --no-loadscope-reorder): the long files run side by side from the start and
+# the many short ones fill the end, instead of one long file running alone at the end.
+SLOW_FILES_FIRST = [
+    "test_cli_torchscript_model_file.py",  # ~140 s: FX-quantized net, fusion + tune + bench
+    "test_tuning.py",  # ~110 s: builds the shared tuned work dir, tunes two more variants
+    "test_tune_resume.py",  # ~115 s
+    "test_cli_onnx_model_files.py",  # ~110 s
+    "test_cli_demo.py",  # ~100 s: the demo in a child process
+    "test_vnni_intrinsics.py",  # ~90 s: child processes
+    "test_cli.py",  # ~70 s
+    "test_models.py",  # ~60 s
+    "test_cli_bench.py",  # ~50 s
+    "test_cli_rpc.py",  # ~30 s
+]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a file kept
 
 
 @pytest.fixture(scope="session")
@@ -30,33 +57,72 @@ def tiny32():
 
 
 @pytest.fixture(scope="session")
-def a100_fusion(tiny):
+def a100_fusion(tmp_path_factory):
     """The fusion report of tiny_resnet 16x16 on nvidia-a100 under all three variants, computed
     once for the tests that check it (the CLI's and the tuning flow's)."""
-    from relay_ext.report.fusion import fusion_report
 
-    return fusion_report(tiny.mod, tiny.params, A100, FUSION_VARIANTS)
+    def compute(_root):
+        from relay_ext import models
+        from relay_ext.report.fusion import fusion_report
+
+        tiny = models.load("tiny_resnet", image_size=16)
+        return fusion_report(tiny.mod, tiny.params, A100, FUSION_VARIANTS)
+
+    return computed_once(tmp_path_factory, "a100_fusion", compute)
 
 
 @pytest.fixture(scope="session")
-def tiny_tuned(tmp_path_factory):
+def tiny_tuned_once(tmp_path_factory):
     """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 10 tasks, seed
-    0, a small search) for the tests that need a tuned work dir: bench, the budget spread, the
-    closing line. Returns (work_dir, what the command printed)."""
-    from relay_ext import cli
+    0, a small search). Returns (work_dir, what the command printed); tests take a copy
+    (:func:`tiny_tuned`), never this directory."""
     from relay_ext.lowering import targets
-    from relay_ext.cli import commands as cli_commands
-    from helpers import small_search
 
     if targets.missing_features(AVX2):
         pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
-    work_dir = tmp_path_factory.mktemp("tiny_tuned")
+    return computed_once(tmp_path_factory, "tiny_tuned", _tune_tiny32)
+
+
+@pytest.fixture
+def tiny_tuned(tiny_tuned_once, tmp_path):
+    """A private copy of the shared tuned work dir for the tests that need one (bench, the
+    budget spread, the closing line): what one test writes there (bench's report, an ONNX
+    export) is not what another finds. Returns (work_dir, what ``tune`` printed)."""
+    work_dir, printed = tiny_tuned_once
+    copy = tmp_path / "tiny_tuned"
+    shutil.copytree(work_dir, copy)
+    return copy, printed
+
+
+def _tune_tiny32(root: Path):
+    from relay_ext import cli
+    from relay_ext.cli import commands as cli_commands
+    from helpers import small_search
+
+    work_dir = root / "tiny_tuned"
+    shutil.rmtree(work_dir, ignore_errors=True)  # a half-made one from a failed attempt
     with pytest.MonkeyPatch.context() as patch, _captured_stdout() as out:
         patch.setattr(cli_commands, "search_strategy", small_search)
         code = cli.main(["tune", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
                          "--trials", str(TUNED_TRIALS), "--seed", "0"])
     assert code == 0, out.getvalue()
     return work_dir, out.getvalue()
+
+
+def computed_once(tmp_path_factory, name: str, compute):
+    """``compute(directory)`` run once per test session, also when pytest-xdist splits the session
+    over worker processes: the first worker to get here computes and pickles the result in the
+    directory all workers share; the others wait on the lock and read it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base temp dir is a child of the session's
+    path = root / f"{name}.pickle"
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = compute(root)
+        path.write_bytes(pickle.dumps(value))
+        return value
 
 
 def _captured_stdout():

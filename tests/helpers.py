@@ -19,3 +19,45 @@ def one_error_line(capsys, *fragments) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
+
+
+def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypatch,
+                          trials: int = 4, max_steps: float = 3) -> None:
+    """A model file through ``quantfuse fusion``, a ``tune`` of ``trials`` trials and ``bench``:
+    exit 0 each; bench shows ``reference`` (the model's own runtime) in its table, report.md and
+    chart, and the tuned build is within ``max_steps`` output quantization steps of it, on bench's
+    input and on more."""
+    import re
+
+    from relay_ext import cli
+    from relay_ext.cli import commands as cli_commands
+    from relay_ext.cli.inputs import load_model
+    from relay_ext.cli.parser import build_parser
+    from relay_ext.tuning import compile_model
+    from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE, open_tuned_database
+    from quantized_test_nets import worst_steps
+
+    tolerance = 1e-3  # whole steps, up to float rounding
+    assert cli.main(["fusion", *model_args, "--variants", "ours"]) == 0
+    assert re.search(r"TOTAL\s+\d+ tasks", capsys.readouterr().out)
+
+    monkeypatch.setattr(cli_commands, "search_strategy", small_search)
+    assert cli.main(["tune", *model_args, "--work-dir", str(work_dir), "--trials", str(trials),
+                     "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"{trials} records in .*tasks have a valid measurement", out), out
+
+    assert cli.main(["bench", *model_args, "--work-dir", str(work_dir), "--repeats", "2",
+                     "--number", "2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{reference}\s+[\d.]+", out, re.M), out  # the reference's own row
+    steps = float(re.search(rf"TVM tuned vs {reference}: max ([\d.]+) output quantization", out)[1])
+    assert steps <= max_steps + tolerance, out
+    assert f"| {reference} |" in (work_dir / REPORT_FILE).read_text()
+    assert (work_dir / CHART_FILE).stat().st_size > 1000
+
+    # The tuned build agrees with the reference on more inputs than bench's one.
+    loaded = load_model(build_parser().parse_args(["fusion", *model_args]))
+    target = model_args[model_args.index("--target") + 1]
+    lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, target)
+    assert worst_steps(loaded, lib) <= max_steps + tolerance

@@ -45,14 +45,14 @@ def captured_stderr_fd():
 
 
 @pytest.fixture(scope="module")
-def tuned(tiny32, tiny_tuned, tmp_path_factory):
+def tuned(tiny32, tiny_tuned_once, tmp_path_factory):
     """Each variant tuned with the same tiny budget as the shared work dir (tests/conftest.py:
     tiny_resnet 32x32, 16 trials over its 10 tasks, AVX2): "ours" is that work dir, the others
     are tuned here the way ``quantfuse tune`` tunes; each is compiled and run."""
     results = {}
     for variant in meta_rules.VARIANTS:
         if variant == "ours":
-            work_dir = tiny_tuned[0]
+            work_dir = tiny_tuned_once[0]  # only read here
             database = ms.database.JSONDatabase(work_dir=str(work_dir))
         else:
             work_dir = tmp_path_factory.mktemp(f"tune_{variant}")

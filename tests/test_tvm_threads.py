@@ -44,6 +44,7 @@ def test_tvm_thread_keeps_one_pool_and_leaves_the_callers_thread_alone():
         assert tvm_thread.run(_pool_size) == 2  # an error does not end the thread
 
 
+@pytest.mark.serial  # a timing: `make test` runs it after the parallel part, alone
 @pytest.mark.skipif(CPUS < 2, reason="one CPU: two threads cannot be faster")
 @pytest.mark.skipif(bool(targets.missing_features(AVX2)), reason=f"this host cannot run {AVX2}")
 def test_two_threads_run_a_conv_model_faster_than_one():
