@@ -120,6 +120,7 @@ def bench_model(name: str, args) -> Dict:
         "model": name, "image_size": args.image_size, "target": str(target), "tasks": n_tasks,
         "budget": budget, "trials_per_task": args.trials_per_task, "seeds": list(args.seeds),
         "search_threads": args.search_threads, "threads": args.threads,
+        "tvm_threads": args.threads,  # a fresh TVMThread pool of this size (since 2026-12-01)
         "repeats": args.repeats, "number": args.number, "tuning": tuning, "max_steps": steps,
         "load_average_before_timing": round(load_before, 2),
         "samples_s": samples,
@@ -192,7 +193,7 @@ def model_table(result: Dict) -> str:
         f"-mcpu={mcpu_of(tvm.target.Target(result['target']))}\n\n"
         f"Target `{result.get('target', 'llvm')}`. {result['tasks']} tasks; each variant tuned with **{result['budget']} trials** "
         f"({result['trials_per_task']} per task), {search}; tuning time: {tuning}. "
-        f"{result['threads']} threads for TVM and PyTorch; {result['repeats']} interleaved rounds, "
+        f"{_threads_text(result)}; {result['repeats']} interleaved rounds, "
         f"each the mean of {result['number']} runs (1-minute load average when timing began: "
         f"{result.get('load_average_before_timing', '?')}). Computed {result['date']} (commit "
         f"{result['commit']}). Largest distance from PyTorch's output, in output quantization "
@@ -205,6 +206,15 @@ def model_table(result: Dict) -> str:
           f"**{ratio['median']:.3f}** (range {ratio['min']:.3f} - {ratio['max']:.3f})"
         + (f"; per seed: {per_seed}" if len(by_seed) > 1 else "") + ".\n"
     )
+
+
+def _threads_text(result: Dict) -> str:
+    if "tvm_threads" in result:
+        return f"{result['tvm_threads']} threads for TVM and PyTorch"
+    # Measured before 2026-12-01: the pool TVM's runtime made at start (half the logical CPUs)
+    # was never widened, so TVM ran on one thread whatever --threads said.
+    return (f"PyTorch on {result['threads']} threads, **TVM on one** (measured before TVM's pool "
+            "was sized by TVM_NUM_THREADS: compare the TVM rows with each other, not with PyTorch)")
 
 
 def main() -> int:
@@ -238,7 +248,8 @@ def main() -> int:
         "of seconds per round on this machine), so a few trials per task are mostly random "
         "samples: the budget is equal across variants, which is what the comparison needs, but "
         "it is far below what a real tune uses (TVM suggests ~1000 trials per task). Each table "
-        "names the command that measured it (the line above names the last run).",
+        "names the command that measured it (the line above names the last run). Tables measured "
+        "before 2026-12-01 timed TVM on one thread while PyTorch had two; each table says which.",
         stored, model_table)
     print("wrote docs/BENCHMARKS.md section cpu_latency")
     return 0
