@@ -47,7 +47,6 @@ from relay_ext.report.latency import (
     UNTUNED,
     interleaved_rounds,
     torch_timer,
-    tvm_timer,
     TVMThread,
 )
 from relay_ext.report.tables import machine_description
@@ -108,8 +107,7 @@ def bench_model(name: str, args) -> Dict:
     timers, steps = {}, {}
     with TVMThread(args.threads) as tvm_thread:  # TVM on --threads threads, PyTorch on this one
         for key, lib in libs.items():
-            output, one_round = tvm_thread.run(lambda lib=lib: tvm_timer(lib, loaded.inputs, args.number))
-            timers[key] = tvm_thread.timer(one_round)
+            output, timers[key] = tvm_thread.tvm_timer(lib, loaded.inputs, args.number)
             steps["untuned" if key == UNTUNED else key] = step_error(
                 output, expected, loaded.output_scale).max_steps
         timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, args.number)

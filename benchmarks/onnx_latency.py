@@ -94,7 +94,7 @@ def bench(args: argparse.Namespace) -> Dict:
     from relay_ext.frontend.onnx_export import export_quantized
     from relay_ext.frontend.onnx_import import from_onnx
     from relay_ext.frontend.onnx_runtime import onnxruntime_timer
-    from relay_ext.report.latency import TVMThread, interleaved_rounds, torch_timer, tvm_timer
+    from relay_ext.report.latency import TVMThread, interleaved_rounds, torch_timer
     from relay_ext.report.tables import machine_description
     from benchmarks.cpu_latency import search_strategy
     from relay_ext.lowering.targets import host_llvm_target, normalize_target
@@ -146,9 +146,7 @@ def bench(args: argparse.Namespace) -> Dict:
             timers["PyTorch int8"] = torch_timer(torch_model.torchscript, torch_model.example_input,
                                                  args.number)
             for label, (lib, loaded) in libs.items():
-                output, one_round = tvm_thread.run(lambda lib=lib, loaded=loaded: tvm_timer(
-                    lib, loaded.inputs, args.number))
-                timers[label] = tvm_thread.timer(one_round)
+                output, timers[label] = tvm_thread.tvm_timer(lib, loaded.inputs, args.number)
                 steps[label] = step_error(output, loaded.run_reference(), loaded.output_scale).max_steps
                 print(f"  built {label}: {steps[label]:.0f} steps from {loaded.reference_name}", flush=True)
             pool = tvm_thread.run(tvm.get_global_func("runtime.NumThreads"))

@@ -122,8 +122,8 @@ class TVMThread:
     from the main one.
 
         with TVMThread(2) as tvm_thread:
-            output, one_round = tvm_thread.run(lambda: tvm_timer(lib, inputs, 10))
-            seconds = tvm_thread.run(one_round)
+            output, timer = tvm_thread.tvm_timer(lib, inputs, 10)
+            seconds = timer()
     """
 
     def __init__(self, threads: int):
@@ -169,6 +169,13 @@ class TVMThread:
         """A timer that times ``one_round`` on the TVM thread (the hop is outside the timing)."""
         return lambda: self.run(one_round)
 
+    def tvm_timer(self, lib, inputs: Dict[str, np.ndarray],
+                  number: int) -> Tuple[np.ndarray, Callable[[], float]]:
+        """:func:`tvm_timer` made and timed on the TVM thread: ``lib``'s first output and a
+        timer of one round (the mean seconds of ``number`` runs)."""
+        output, one_round = self.run(lambda: tvm_timer(lib, inputs, number))
+        return output, self.timer(one_round)
+
 
 def with_tvm_threads(threads: int, work: Callable[[], T]) -> T:
     """``work()`` run where TVM's CPU thread pool really has ``threads`` workers (a
@@ -192,13 +199,9 @@ def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int) -> Tuple[np.ndarr
     module = graph_module(lib, inputs, device)
     module.run()
     output = module.get_output(0).numpy()
+    # time_evaluator makes one untimed call before the timed ones, on every call (ROUND_WARM_UP).
     evaluator = module.module.time_evaluator("run", device, number=number, repeat=1)
-
-    def one_round() -> float:
-        module.run()  # untimed, like every runtime's round (see ROUND_WARM_UP)
-        return float(evaluator().results[0])
-
-    return output, one_round
+    return output, lambda: float(evaluator().results[0])
 
 
 def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], float]:
@@ -289,9 +292,7 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         with TVMThread(threads) as tvm_thread:
             outputs, timers = {}, {}
             for label, lib in libs.items():
-                outputs[label], one_round = tvm_thread.run(
-                    lambda lib=lib: tvm_timer(lib, loaded.inputs, number))
-                timers[label] = tvm_thread.timer(one_round)
+                outputs[label], timers[label] = tvm_thread.tvm_timer(lib, loaded.inputs, number)
             timers.update(reference_timers(loaded, number, threads, onnx_model))
             samples = interleaved_rounds(timers, repeats)
         expected = loaded.run_reference()
