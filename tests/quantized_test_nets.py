@@ -117,14 +117,6 @@ class EfficientNetStyle(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _seeded(build, seed: int) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = build()
-        eager_quantization.randomize_batch_norms(model)
-        return model.eval()
-
-
 def _calibration(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
     generator = np.random.default_rng(seed)
     return [generator.standard_normal(shape, dtype=np.float32) for _ in range(CALIBRATION_BATCHES)]
@@ -136,7 +128,7 @@ def fx_quantized_torchscript(
     """:class:`EfficientNetStyle` quantized with FX graph mode (x86 qconfig mapping, calibration on
     random batches) and traced; returns it with its input shape."""
     shape = (1, 3, image_size, image_size)
-    model = _seeded(EfficientNetStyle, seed)
+    model = eager_quantization.seeded_float_model(EfficientNetStyle, seed)
     example = torch.from_numpy(_calibration(shape, seed + 1)[0])
     with (eager_quantization.quantization_engine("x86"),
           eager_quantization.quiet_torch_quantization_warnings()):
@@ -153,7 +145,7 @@ def fx_quantized_torchscript(
 def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_channel: bool = True) -> Path:
     """The float network ``build()`` (seeded weights) exported to ONNX and quantized QDQ by ONNX
     Runtime, calibrated on random batches of ``shape``."""
-    model = _seeded(build, seed)
+    model = eager_quantization.seeded_float_model(build, seed)
     calibration = _calibration(shape, seed + 1)
     float_path = onnx_export.export_float_onnx(model, calibration[0], path.with_suffix(".float.onnx"))
     return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
