@@ -1,5 +1,7 @@
 """Helpers shared by the tests that tune or drive the CLI."""
 
+from typing import Optional
+
 from tvm import meta_schedule as ms
 
 
@@ -22,11 +24,12 @@ def one_error_line(capsys, *fragments) -> str:
 
 
 def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypatch,
-                          trials: int = 4, max_steps: float = 3) -> None:
+                          trials: int = 4, max_steps: float = 3,
+                          compared_with: Optional[str] = None) -> None:
     """A model file through ``quantfuse fusion``, a ``tune`` of ``trials`` trials and ``bench``:
     exit 0 each; bench shows ``reference`` (the model's own runtime) in its table, report.md and
-    chart, and the tuned build is within ``max_steps`` output quantization steps of it, on bench's
-    input and on more."""
+    chart, and the tuned build is within ``max_steps`` output quantization steps of what the model
+    is checked against (``compared_with``, default ``reference``), on bench's input and on more."""
     import re
 
     from relay_ext import cli
@@ -51,7 +54,9 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
                      "--number", "2", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^{reference}\s+[\d.]+", out, re.M), out  # the reference's own row
-    steps = float(re.search(rf"TVM tuned vs {reference}: max ([\d.]+) output quantization", out)[1])
+    compared_with = compared_with or reference
+    steps = float(re.search(rf"TVM tuned vs {re.escape(compared_with)}: max ([\d.]+) output quantization",
+                            out)[1])
     assert steps <= max_steps + tolerance, out
     assert f"| {reference} |" in (work_dir / REPORT_FILE).read_text()
     assert (work_dir / CHART_FILE).stat().st_size > 1000

@@ -12,6 +12,7 @@ import pytest
 from quantized_test_nets import ResidualConvNet, SmallMLP, qdq_onnx
 from relay_ext import cli
 from relay_ext.frontend import onnx_export
+from relay_ext.frontend.onnx_runtime import OnnxRuntimeReference
 from relay_ext.lowering import targets
 from relay_ext.tuning.work_dir import REPORT_FILE
 from conftest import AVX2
@@ -32,7 +33,11 @@ def model_files(tmp_path_factory):
 @pytest.mark.parametrize("name", ["residual_qdq", "mlp_qdq"])
 def test_fusion_tune_and_bench(name, model_files, tmp_path, capsys, monkeypatch):
     fusion_tune_and_bench(["--model", str(model_files[name]), "--target", AVX2],
-                          "ONNX Runtime int8", tmp_path / "work", capsys, monkeypatch)
+                          "ONNX Runtime int8", tmp_path / "work", capsys, monkeypatch,
+                          compared_with=OnnxRuntimeReference.name)
+    # ONNX Runtime's own int8 run is compared with the same reference, in the output and the report
+    out = (tmp_path / "work" / REPORT_FILE).read_text()
+    assert re.search(rf"ONNX Runtime int8 vs {re.escape(OnnxRuntimeReference.name)}: max [\d.]+ output", out), out
 
 
 def test_bench_of_a_built_in_model_times_an_onnx_runtime_export_too(tiny_tuned, capsys):

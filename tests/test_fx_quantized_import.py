@@ -76,7 +76,7 @@ def test_conv_tasks_compute_in_int8(loaded):
 
 
 def test_untuned_tvm_matches_pytorch(loaded):
-    assert loaded.reference_name == "PyTorch" and loaded.output_scale
+    assert loaded.reference_name == "PyTorch int8" and loaded.output_scale
     hash_before = tvm.ir.structural_hash(loaded.mod)
     assert worst_steps(loaded, accuracy.build_untuned(loaded.mod, loaded.params)) <= MAX_STEPS + TOLERANCE
     assert tvm.ir.structural_hash(loaded.mod) == hash_before

@@ -154,7 +154,10 @@ def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repea
           f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
     print(f"TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization "
           f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
-          f"untuned: {result.untuned_max_steps:.2f}\n")
+          f"untuned: {result.untuned_max_steps:.2f}")
+    for line in result.runtime_lines():
+        print(line)
+    print()
     print(text_table(result.header, result.rows()))
     if result.busy_warning:
         print(f"\n{result.busy_warning}")

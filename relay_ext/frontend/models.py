@@ -55,8 +55,9 @@ class LoadedModel:
 
     The reference is the runtime the model came from, whose output TVM's is compared with:
     ``reference`` (input array -> first output) named ``reference_name``, or, when ``reference`` is
-    None, the TorchScript module (``reference_name`` "PyTorch"). An ONNX model has no
-    ``torchscript`` and ONNX Runtime as its reference (:mod:`relay_ext.frontend.onnx_import`).
+    None, the TorchScript module (``reference_name`` "PyTorch int8"). An ONNX model has no
+    ``torchscript`` and ONNX Runtime running the QDQ graph as written as its reference
+    (:mod:`relay_ext.frontend.onnx_import`, :mod:`relay_ext.frontend.onnx_runtime`).
     """
 
     name: str
@@ -70,7 +71,7 @@ class LoadedModel:
     layout: str
     quantized: bool = True
     reference: Callable[[np.ndarray], np.ndarray] | None = None
-    reference_name: str = "PyTorch"
+    reference_name: str = "PyTorch int8"
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:

@@ -12,9 +12,11 @@ pools to nearest as ONNX Runtime does (:class:`_RoundIntegerMean`). The result i
 quantized model whose convs and dense layers all stayed float is refused, and a partly float one is
 logged.
 
-The reference runtime is ONNX Runtime on the CPU (:class:`~relay_ext.frontend.onnx_runtime.OnnxRuntimeReference`),
-and ``output_scale`` the scale of the ``DequantizeLinear`` that produces the model's output, so
-:func:`relay_ext.report.accuracy.step_error` counts TVM's distance from ONNX Runtime in output steps.
+The reference runtime is ONNX Runtime on the CPU running the QDQ graph as written
+(:class:`~relay_ext.frontend.onnx_runtime.OnnxRuntimeReference`; its int8 kernels can saturate on
+CPUs without VNNI, see that module), and ``output_scale`` the scale of the ``DequantizeLinear``
+that produces the model's output, so :func:`relay_ext.report.accuracy.step_error` counts TVM's
+distance from the model in output steps.
 """
 
 from __future__ import annotations

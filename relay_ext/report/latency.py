@@ -23,8 +23,9 @@ from tvm import meta_schedule as ms
 from meta_rules.rule_sets import TargetLike, check_variant
 
 from ..frontend.models import LoadedModel
+from ..frontend.onnx_runtime import saturation_note
 from ..lowering.config import BUILD_OPTIONS
-from ..lowering.targets import check_runs_here, normalize_target
+from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target
 from ..tuning.build import build_with_records, graph_module
 from .accuracy import build_untuned, step_error
 from .tables import machine_description
@@ -68,6 +69,18 @@ class BenchResult:
     machine: str
     date: str
     load_average: Optional[float] = None  # 1-minute load before the bench compiled anything
+    # Max output steps from the reference of the other runtimes that run the model itself (ONNX
+    # Runtime int8 for an ONNX model, whose reference is its QDQ graph as written).
+    runtime_steps: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def runtime_lines(self) -> List[str]:
+        """One sentence per entry of ``runtime_steps``, with why when it is more than rounding."""
+        lines = []
+        for label, steps in self.runtime_steps.items():
+            note = saturation_note(steps, host_cpu_flags()) if label == ONNX_RUNTIME else None
+            lines.append(f"{label} vs {self.reference}: max {steps:.2f} output quantization steps"
+                         + (f" ({note})" if note else ""))
+        return lines
 
     @property
     def busy_warning(self) -> Optional[str]:
@@ -248,23 +261,32 @@ def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int,
 
 
 def reference_timers(loaded: LoadedModel, number: int, threads: int,
-                     onnx_model: Optional[PathLike] = None) -> Dict[str, Callable[[], float]]:
+                     onnx_model: Optional[PathLike] = None
+                     ) -> Tuple[Dict[str, Callable[[], float]], Dict[str, np.ndarray]]:
     """Timers of the runtimes TVM is compared with, one round each (the mean of ``number`` runs):
-    PyTorch's int8 module when the model came from TorchScript, ONNX Runtime's CPU session (on
-    ``threads`` intra-op threads) when it came from ONNX or when ``onnx_model`` (an ONNX export
+    PyTorch's int8 module when the model came from TorchScript, ONNX Runtime's int8 CPU session
+    (on ``threads`` intra-op threads) when it came from ONNX or when ``onnx_model`` (an ONNX export
     of the same network, such as :func:`relay_ext.frontend.onnx_export.export_quantized`) is
     given. ONNX Runtime's threads do not spin after a run here: spinning threads would take the
-    cores from the configuration timed next."""
+    cores from the configuration timed next.
+
+    Also the outputs of the timed runtimes that run the model itself but are not its reference:
+    ONNX Runtime int8 for an ONNX model, whose reference is the graph as written (an export's
+    output is another quantization, and PyTorch's is the reference itself)."""
     from ..frontend.onnx_runtime import OnnxRuntimeReference, onnxruntime_timer
 
     timers: Dict[str, Callable[[], float]] = {}
+    outputs: Dict[str, np.ndarray] = {}
     if loaded.torchscript is not None:
         timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, number)
-    onnx = loaded.reference if isinstance(loaded.reference, OnnxRuntimeReference) else onnx_model
+    own = isinstance(loaded.reference, OnnxRuntimeReference)
+    onnx = loaded.reference if own else onnx_model
     if onnx is not None:
-        _, timers[ONNX_RUNTIME] = onnxruntime_timer(onnx, loaded.inputs, number, threads,
-                                                    allow_spinning=False)
-    return timers
+        output, timers[ONNX_RUNTIME] = onnxruntime_timer(onnx, loaded.inputs, number, threads,
+                                                         allow_spinning=False)
+        if own:
+            outputs[ONNX_RUNTIME] = output
+    return timers, outputs
 
 
 def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLike = "llvm",
@@ -293,7 +315,8 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
             outputs, timers = {}, {}
             for label, lib in libs.items():
                 outputs[label], timers[label] = tvm_thread.tvm_timer(lib, loaded.inputs, number)
-            timers.update(reference_timers(loaded, number, threads, onnx_model))
+            reference_clocks, runtime_outputs = reference_timers(loaded, number, threads, onnx_model)
+            timers.update(reference_clocks)
             samples = interleaved_rounds(timers, repeats)
         expected = loaded.run_reference()
     finally:
@@ -303,8 +326,10 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         model=loaded.name, input_shape=tuple(loaded.input_shape), target=str(target),
         variant=variant, threads=threads, repeats=repeats, number=number,
         timings={label: Timing(seconds) for label, seconds in samples.items()},
-        reference=f"{loaded.reference_name} int8", max_steps=error.max_steps,
+        reference=loaded.reference_name, max_steps=error.max_steps,
         mean_steps=error.mean_steps, fraction_equal=error.fraction_equal,
         untuned_max_steps=step_error(outputs[UNTUNED], expected, loaded.output_scale).max_steps,
+        runtime_steps={label: step_error(output, expected, loaded.output_scale).max_steps
+                       for label, output in runtime_outputs.items()},
         machine=machine_description(), load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

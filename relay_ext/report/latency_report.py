@@ -50,12 +50,13 @@ def report_markdown(result: BenchResult) -> str:
         f"- TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization steps "
         f"apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% of outputs "
         f"equal); TVM untuned: max {result.untuned_max_steps:.2f} steps.",
+        *[f"- {line}." for line in result.runtime_lines()],
         "",
         markdown_table(result.header, rows),
     ]
     if result.busy_warning:
         lines += ["", f"**{result.busy_warning}**"]
-    if ONNX_RUNTIME in result.timings and result.reference != ONNX_RUNTIME:
+    if ONNX_RUNTIME in result.timings and ONNX_RUNTIME not in result.runtime_steps:
         lines += ["", "ONNX Runtime runs an export of the same float network quantized by ONNX "
                   "Runtime's own `quantize_static`: another quantization, so its outputs are not "
                   "compared in steps."]
