@@ -8,6 +8,7 @@ from . import fusion
 from .compute_inline_custom_rule import compute_inline, register_compute_inline
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer
 from .inline_constant_blocks import InlineConstantBlocks
+from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite
 from .reverse_inline_after_inlining import ReverseInlineAfterInlining
 from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
                         space_generator)
@@ -20,6 +21,7 @@ __all__ = [
     "VARIANTS",
     "ComputeReductionAtConsumer",
     "InlineConstantBlocks",
+    "RejectFlatLayoutRewrite",
     "ReverseInlineAfterInlining",
     "VerifyLoweredGPUCode",
     "compute_inline",

@@ -10,7 +10,8 @@ Variants:
   ``AutoInline`` with ``into_producer``: every GPU kind), :class:`ReverseInlineAfterInlining`
   right after that AutoInline and :class:`ComputeReductionAtConsumer` right after
   ``CrossThreadReduction``; on GPU targets TVM's ``VerifyGPUCode`` postproc is replaced by
-  :class:`VerifyLoweredGPUCode`.
+  :class:`VerifyLoweredGPUCode`; where TVM rewrites weight layouts (``RewriteLayout``: CPU
+  targets), :class:`RejectFlatLayoutRewrite` comes right after it.
 
 The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
 with a TuneContext for the target, exactly as a tune with default rules would.
@@ -28,6 +29,7 @@ from tvm.target import Target
 
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer, follows_cross_thread_reduction
 from .inline_constant_blocks import InlineConstantBlocks
+from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite
 from .reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
 from .tensor_intrinsics import register_tensor_intrinsics
 from .tvm_errors import tvm_error_message
@@ -111,9 +113,10 @@ def _edit_rules(rules: List[ms.ScheduleRule], variant: str) -> List[ms.ScheduleR
     return rules
 
 
-def _insert_after(rules: List[ms.ScheduleRule], where, make) -> List[ms.ScheduleRule]:
-    """``rules`` with a new ``make()`` right after every rule for which ``where(rule)`` holds."""
-    edited: List[ms.ScheduleRule] = []
+def _insert_after(rules: list, where, make) -> list:
+    """``rules`` (schedule rules or postprocs) with a new ``make()`` right after every one for
+    which ``where(rule)`` holds."""
+    edited = []
     for rule in rules:
         edited.append(rule)
         if where(rule):
@@ -124,7 +127,9 @@ def _insert_after(rules: List[ms.ScheduleRule], where, make) -> List[ms.Schedule
 def _edit_postprocs(procs: List[ms.Postproc], variant: str) -> List[ms.Postproc]:
     if variant != "ours":
         return procs
-    return [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p for p in procs]
+    procs = [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p for p in procs]
+    return _insert_after(procs, lambda p: isinstance(p, ms.postproc.RewriteLayout),
+                         RejectFlatLayoutRewrite)
 
 
 def rule_set(target: TargetLike, variant: str = "ours") -> PostOrderApplyDefaults:
@@ -145,7 +150,8 @@ def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.Schedul
 
 def postprocs(target: TargetLike, variant: str = "ours") -> List[ms.Postproc]:
     """The postprocessors of ``variant`` for ``target``: TVM's defaults, except that ``"ours"``
-    replaces TVM's ``VerifyGPUCode`` (GPU targets only) by :class:`VerifyLoweredGPUCode`."""
+    replaces TVM's ``VerifyGPUCode`` (GPU targets only) by :class:`VerifyLoweredGPUCode` and adds
+    :class:`RejectFlatLayoutRewrite` after ``RewriteLayout`` (CPU targets)."""
     return rule_set(target, variant)[1]
 
 

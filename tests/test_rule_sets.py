@@ -116,3 +116,17 @@ def test_target_without_defaults_lists_kinds_with_defaults(target):
 def test_invalid_target_string():
     with pytest.raises(ValueError, match="invalid target 'not-a-target'"):
         meta_rules.schedule_rules("not-a-target")
+
+
+@pytest.mark.parametrize("name", ["llvm", "llvm-vnni", "cuda"])
+def test_ours_rejects_flat_layouts_right_after_tvm_rewrites_them(name):
+    target = _target(name)
+    upstream = _types(meta_rules.postprocs(target, "upstream"))
+    ours = _types(meta_rules.postprocs(target, "ours"))
+    assert meta_rules.RejectFlatLayoutRewrite not in upstream
+    assert meta_rules.RejectFlatLayoutRewrite not in _types(meta_rules.postprocs(target, "legacy"))
+    if ms.postproc.RewriteLayout in upstream:  # the CPU targets
+        assert ours[ours.index(ms.postproc.RewriteLayout) + 1] is meta_rules.RejectFlatLayoutRewrite
+        assert len(ours) == len(upstream) + 1
+    else:
+        assert meta_rules.RejectFlatLayoutRewrite not in ours

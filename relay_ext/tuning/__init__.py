@@ -2,7 +2,7 @@
 
     tasks = extract_tasks(mod, params, target, variant)          # tasks.py
     database = tune(mod, params, target, work_dir, max_trials)  # flow.py: resumable, budget spread
-    lib = compile_model(database, mod, params, target, variant) # build.py
+    lib = compile_model(database, mod, params, target, variant) # build.py (compilable_records.py)
     outputs = run_module(lib, {input_name: array})
 
 Around MetaSchedule: :mod:`.skip_measured_search` (never measure a recorded candidate; the trial

@@ -20,6 +20,7 @@ from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 from ..lowering import vnni_intrinsics
 from ..lowering.config import pass_config
 from ..lowering.targets import normalize_target
+from .compilable_records import compilable_records
 
 # TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
 # a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
@@ -68,7 +69,10 @@ def compile_model(
 ) -> tvm.runtime.Module:
     """Build the Relay module with the tuned records of ``database`` (graph executor factory).
 
-    Works on a copy of ``mod``, like :func:`relay_ext.tuning.extract_tasks`.
+    Each workload gets its fastest record that Relay can build
+    (:func:`relay_ext.tuning.compilable_records.compilable_records`: a record that flattens a
+    weight's layout is passed over, with a warning). Works on a copy of ``mod``, like
+    :func:`relay_ext.tuning.extract_tasks`.
     """
     return build_with_records(database, mod, params, normalize_target(target),
                               check_variant(variant))
@@ -79,5 +83,6 @@ def build_with_records(database: ms.Database, mod: tvm.IRModule,
                        variant: str) -> tvm.runtime.Module:
     """:func:`compile_model` for a target and variant already checked."""
     register_tensor_intrinsics(target)  # applying a tensorized record needs its intrinsic
+    chosen = compilable_records(database)  # a faster record Relay cannot build is passed over
     return ms.relay_integration.compile_relay(
-        database, copy_module(mod), target, params, pass_config=pass_config(variant))
+        chosen.database, copy_module(mod), target, params, pass_config=pass_config(variant))
