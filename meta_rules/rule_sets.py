@@ -72,6 +72,7 @@ def _ask_tvm(target: Target) -> PostOrderApplyDefaults:
     that second step, which is left to the real tune context to report. A target for which TVM
     has no defaults at all raises ValueError listing the target kinds that have them.
     """
+    register_tensor_intrinsics(None)  # TuneContext imports every family; the fast way first
     space = ms.space_generator.PostOrderApply()
     try:
         ms.TuneContext(mod=_probe_module(), target=target, space_generator=space)
@@ -89,6 +90,7 @@ def _ask_tvm(target: Target) -> PostOrderApplyDefaults:
 def kinds_with_defaults() -> List[str]:
     """Target kinds for which MetaSchedule picks default rules (asked of TVM, one kind at a time)."""
     kinds = []
+    register_tensor_intrinsics(None)  # as in _ask_tvm
     for kind in sorted(tvm.target.Target.list_kinds()):
         space = ms.space_generator.PostOrderApply()
         try:

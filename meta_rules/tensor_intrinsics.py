@@ -12,17 +12,28 @@ So each target imports its own families:
 
 A later plain ``import tvm.tir.tensor_intrin`` still runs TVM's ``__init__``, which reuses the
 families already loaded and loads the others. MetaSchedule's ``TuneContext`` makes that import
-itself, so design-space generation and tuning pay for every family anyway; what a target's own
-families save is the work that creates no TuneContext: opening a tuning database, compiling with
-it (``bench``), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
+itself, so design-space generation and tuning pay for every family anyway
+(:func:`meta_rules.rule_sets.rule_set` imports them all here first, the fast way below); what a
+target's own families save is the work that creates no TuneContext: opening a tuning database,
+compiling with it (``bench``), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
+
+Parsing the families is slow for a reason outside them: TVMScript's ``@T.prim_func`` calls
+``inspect.stack()`` for each function, which reads the source of every frame on the stack and
+scans all of ``sys.modules`` for each one, yet only the third frame is looked at (is the function
+written inside an ``@I.ir_module`` class?). Under pytest with PyTorch and ONNX loaded (2,400
+modules) the whole package took 18.9 s against 8.5 s in a bare ``import tvm`` process. While the
+families are imported here, TVMScript's parser gets a stack of its first three frames only
+(:func:`_shallow_tvmscript_stacks`); the functions parsed are the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import sys
-from typing import Optional, Tuple, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
 from tvm.target import Target
 
@@ -57,13 +68,54 @@ def register_tensor_intrinsics(target: Union[str, Target, None] = None) -> None:
     """Import the intrinsic families ``target`` needs (all of them when ``target`` is None)."""
     families = families_for(target)
     if families is None or PACKAGE in sys.modules:
-        importlib.import_module(PACKAGE)  # TVM's __init__: every family (a no-op the second time)
-        for family in families or ():
-            importlib.import_module(f"{PACKAGE}.{family}")  # metal is not in TVM's __init__
+        with _shallow_tvmscript_stacks():
+            importlib.import_module(PACKAGE)  # TVM's __init__: every family (a no-op the second time)
+            for family in families or ():
+                importlib.import_module(f"{PACKAGE}.{family}")  # metal is not in TVM's __init__
         return
     missing = [f for f in families if f"{PACKAGE}.{f}" not in sys.modules]
     if missing:
         _import_families_alone(missing)
+
+
+class _InspectWithShallowStack:
+    """The ``inspect`` module as TVMScript's ``prim_func`` sees it while intrinsics are parsed:
+    ``stack()`` returns the caller's first ``depth`` frames, built as ``inspect.stack`` builds
+    them, instead of all of them; everything else is ``inspect`` itself."""
+
+    def __init__(self, depth: int) -> None:
+        self._depth = depth
+
+    def __getattr__(self, name: str):
+        return getattr(inspect, name)
+
+    def stack(self, context: int = 1) -> List[inspect.FrameInfo]:
+        frames: List[inspect.FrameInfo] = []
+        frame = sys._getframe(1)  # pylint: disable=protected-access  # the caller, as inspect.stack
+        while frame is not None and len(frames) < self._depth:
+            info = inspect.getframeinfo(frame, context)
+            frames.append(inspect.FrameInfo(frame, *info, positions=info.positions))
+            frame = frame.f_back
+        return frames
+
+
+@contextlib.contextmanager
+def _shallow_tvmscript_stacks(depth: int = 3) -> Iterator[None]:
+    """While the block runs, TVMScript's ``prim_func`` decorator gets stacks of ``depth`` frames
+    (it reads ``frames[2]`` alone, ``tvm/script/parser/core/utils.py:is_defined_in_class``).
+    Where TVM's parser module is not laid out as in 0.19, nothing is changed."""
+    try:
+        from tvm.script.parser.tir import entry  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        entry = None
+    if entry is None or getattr(entry, "inspect", None) is not inspect:
+        yield
+        return
+    entry.inspect = _InspectWithShallowStack(depth)
+    try:
+        yield
+    finally:
+        entry.inspect = inspect
 
 
 def family_module(family: str):
@@ -82,8 +134,9 @@ def _import_families_alone(families) -> None:
     package = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = package
     try:
-        for family in families:
-            importlib.import_module(f"{PACKAGE}.{family}")
+        with _shallow_tvmscript_stacks():
+            for family in families:
+                importlib.import_module(f"{PACKAGE}.{family}")
     finally:
         del sys.modules[PACKAGE]
         parent = sys.modules["tvm.tir"]
