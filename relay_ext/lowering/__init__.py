@@ -7,7 +7,8 @@
 * :mod:`.tir_converter` -- the ``inline_constants`` TE->TIR converter that annotates Relay's
   scalar constant blocks (``patches/`` holds the same change as a TVM C++ patch);
 * :mod:`.inline_vector_lets`, :mod:`.vnni_intrinsics` -- workarounds that make TVM 0.19 build
-  with the LLVM 22 this wheel links.
+  with the LLVM 22 this wheel links;
+* :mod:`.cached_libinfo` -- Relay's lowering reads TVM's build settings once, not per dimension.
 
 Kept light on purpose: every MetaSchedule builder worker imports :mod:`.config`.
 """

@@ -17,7 +17,7 @@ from tvm.target import Target
 from meta_rules.rule_sets import TargetLike, check_variant
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering import vnni_intrinsics
+from ..lowering import cached_libinfo, vnni_intrinsics
 from ..lowering.config import pass_config
 from ..lowering.targets import normalize_target
 from .compilable_records import compilable_records
@@ -25,6 +25,8 @@ from .compilable_records import compilable_records
 # TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
 # a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
 vnni_intrinsics.install()
+# Relay's TE compiler reads TVM's build settings once per process instead of once per dimension.
+cached_libinfo.install()
 
 
 def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
