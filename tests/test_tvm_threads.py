@@ -104,3 +104,29 @@ def test_every_round_starts_with_one_untimed_run():
     assert len(calls) == 1  # the warm-up when the timer is made
     one_round()
     assert len(calls) == 1 + 1 + 3
+
+
+def test_settle_waits_until_this_process_stops_using_the_cpu():
+    """bench's pause before each configuration outlasts worker threads that spin after a run (TVM's
+    pool spun ~210 ms after each run on the AMD EPYC VM, and PyTorch timed in that time took 4-6 ms
+    a run instead of 0.16 ms)."""
+    from relay_ext.report.latency import settle
+
+    assert settle(0.01, max_s=2.0) < 0.5  # nothing of ours is running: the minimum and one window
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    busy = threading.Thread(target=spin, args=(0.4,))
+    busy.start()
+    waited = settle(0.01, max_s=2.0)
+    busy.join()
+    assert waited >= 0.35
+
+    busy = threading.Thread(target=spin, args=(1.0,))
+    busy.start()
+    waited = settle(0.01, max_s=0.3)  # never longer than max_s (and one window)
+    busy.join()
+    assert 0.3 <= waited < 0.6

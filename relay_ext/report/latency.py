@@ -243,19 +243,46 @@ def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], 
 #
 # A pause before each configuration of a round: TVM's and PyTorch's worker threads spin for a
 # while after a run before they sleep, and the runtime timed next would share the cores with them.
-# Measured on int8 ResNet-18, 2 threads: PyTorch alone 3.7 ms, right after TVM 8.1 ms.
+# Measured on int8 ResNet-18, 2 threads: PyTorch alone 3.7 ms, right after TVM 8.1 ms. How long
+# they spin depends on the machine: TVM's pool workers call sched_yield 300,000 times
+# (TVM_THREAD_POOL_SPIN_COUNT) before they sleep, which took under 50 ms on the Intel VM and longer
+# than that on the AMD EPYC VM, where PyTorch's tiny_resnet 32x32 then took 4-6 ms a run in the
+# rounds right after TVM's against 0.16 ms alone (2026-12-01). So the pause lasts at least
+# SETTLE_S and then until this process's threads stop using the CPU (at most SETTLE_MAX_S).
 SETTLE_S = 0.05
+SETTLE_MAX_S = 2.0
+_SETTLE_WINDOW_S = 0.02
+_SETTLE_BUSY_FRACTION = 0.1  # of one CPU: above it, some thread of ours still spins
+
+
+def settle(min_s: float = SETTLE_S, max_s: float = SETTLE_MAX_S,
+           window_s: float = _SETTLE_WINDOW_S) -> float:
+    """Sleep ``min_s``, then in ``window_s`` steps until this process's threads used less than a
+    tenth of one CPU over the last step, for at most ``max_s`` in all; the seconds slept.
+
+    The CPU time is the process's own (``time.process_time``: every thread of it, TVM's, PyTorch's
+    and ONNX Runtime's pools included), so other processes' load does not prolong the wait."""
+    start = time.perf_counter()
+    time.sleep(min_s)
+    while time.perf_counter() - start < max_s:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(window_s)
+        if time.process_time() - cpu < _SETTLE_BUSY_FRACTION * (time.perf_counter() - wall):
+            break
+    return time.perf_counter() - start
 
 
 def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int,
                        settle_s: float = SETTLE_S) -> Dict[str, List[float]]:
-    """``repeats`` rounds, each calling every timer once in order after a ``settle_s`` pause: a
-    change of load during the measurement hits every configuration alike, and no runtime's
-    spinning threads are left running into the next one's time. Seconds per round, per timer."""
+    """``repeats`` rounds, each calling every timer once in order after a pause of at least
+    ``settle_s`` that also waits for this process's spinning worker threads to go idle
+    (:func:`settle`): a change of load during the measurement hits every configuration alike, and
+    no runtime's spinning threads are left running into the next one's time. Seconds per round,
+    per timer."""
     samples: Dict[str, List[float]] = {label: [] for label in timers}
     for _ in range(repeats):
         for label, one_round in timers.items():
-            time.sleep(settle_s)
+            settle(settle_s)
             samples[label].append(one_round())
     return samples
 
