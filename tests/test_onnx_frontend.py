@@ -116,18 +116,24 @@ def test_nhwc_layout(residual_path, residual):
     assert nhwc.input_shape == residual.input_shape
 
 
-def test_qoperator_format_imports_too(residual_path, tmp_path):
-    """ONNX Runtime's other format (QLinearConv, QGemm, QLinearAdd ...): TVM's frontend makes QNN ops of it."""
-    quantization = optional_deps.require_onnxruntime_quantization()
-    calibration = iter([{"input": np.random.default_rng(seed).standard_normal(IMAGE_SHAPE, dtype=np.float32)}
-                        for seed in range(4)])
+def _random_batches(quantization, shape, count: int = 4):
+    """An ONNX Runtime calibration reader over ``count`` seeded random normal batches of ``shape``."""
+    batches = iter([{"input": np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)}
+                    for seed in range(count)])
 
     class Reader(quantization.CalibrationDataReader):
         def get_next(self):
-            return next(calibration, None)
+            return next(batches, None)
 
+    return Reader()
+
+
+def test_qoperator_format_imports_too(residual_path, tmp_path):
+    """ONNX Runtime's other format (QLinearConv, QGemm, QLinearAdd ...): TVM's frontend makes QNN ops of it."""
+    quantization = optional_deps.require_onnxruntime_quantization()
     path = tmp_path / "qoperator.onnx"
-    quantization.quantize_static(str(residual_path.with_suffix(".float.onnx")), str(path), Reader(),
+    quantization.quantize_static(str(residual_path.with_suffix(".float.onnx")), str(path),
+                                 _random_batches(quantization, IMAGE_SHAPE),
                                  quant_format=quantization.QuantFormat.QOperator)
     assert "QLinearConv" in {node.op_type for node in onnx.load(path).graph.node}
     loaded = onnx_import.from_onnx(path)
@@ -169,15 +175,9 @@ def test_int8_kernels_agree_with_the_graph_as_written_when_weights_leave_room(tm
 
     float_path = onnx_export.export_float_onnx(seeded_float_model(SmallMLP, 0), np.zeros(MLP_SHAPE, np.float32),
                                                tmp_path / "mlp.float.onnx")
-    batches = iter([{"input": np.random.default_rng(seed).standard_normal(MLP_SHAPE, dtype=np.float32)}
-                    for seed in range(4)])
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(batches, None)
-
     path = tmp_path / "mlp_reduce_range.onnx"
-    quantization.quantize_static(str(float_path), str(path), Reader(), quant_format=quantization.QuantFormat.QDQ,
+    quantization.quantize_static(str(float_path), str(path), _random_batches(quantization, MLP_SHAPE),
+                                 quant_format=quantization.QuantFormat.QDQ,
                                  activation_type=quantization.QuantType.QUInt8,
                                  weight_type=quantization.QuantType.QInt8, reduce_range=True)
     loaded = onnx_import.from_onnx(path)
