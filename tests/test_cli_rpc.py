@@ -2,6 +2,8 @@
 clear, fast errors for a tracker that is not there or has no server for the key."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +36,7 @@ def tracker(tmp_path_factory):
     processes = [subprocess.Popen(
         [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
          "--port-end", str(port + 1)],
-        stdout=open(logs / "tracker.log", "w"), stderr=subprocess.STDOUT)]
+        stdout=open(logs / "tracker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)]
     server_logs = []
     try:
         for i in range(2):
@@ -44,7 +46,8 @@ def tracker(tmp_path_factory):
                 [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
                  "--key", KEY, "--host", "127.0.0.1", "--port", str(server_port),
                  "--port-end", str(server_port + 1)],
-                stdout=open(server_logs[-1], "w"), stderr=subprocess.STDOUT))
+                stdout=open(server_logs[-1], "w"), stderr=subprocess.STDOUT,
+                start_new_session=True))  # its own group: its popen workers go with it
         address = rpc_tracker.RpcAddress("127.0.0.1", port, KEY)
         deadline = time.monotonic() + 120
         while True:
@@ -57,13 +60,23 @@ def tracker(tmp_path_factory):
             time.sleep(0.5)
         yield port, server_logs
     finally:
+        # Each server starts TVM popen workers of its own; terminating the server alone left three
+        # of them (250 MB each) running after every test session, so the whole group goes.
         for process in processes:
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
         for process in processes:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                process.kill()
+                pass
+            _signal_group(process, signal.SIGKILL)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)  # start_new_session: the group is the process's own pid
+    except ProcessLookupError:
+        pass  # the group is gone already
 
 
 def test_tune_through_rpc_tracker_records_real_run_times(tracker, tmp_path, capsys, monkeypatch):
