@@ -15,7 +15,8 @@ families already loaded and loads the others. MetaSchedule's ``TuneContext`` mak
 itself, so design-space generation and tuning pay for every family anyway
 (:func:`meta_rules.rule_sets.rule_set` imports them all here first, the fast way below); what a
 target's own families save is the work that creates no TuneContext: opening a tuning database,
-compiling with it (``bench``), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
+compiling with it (``compile_model``; the CLI's ``bench`` checks its target with the rule set,
+so it imports every family too), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
 
 Parsing the families is slow for a reason outside them: TVMScript's ``@T.prim_func`` calls
 ``inspect.stack()`` for each function, which reads the source of every frame on the stack and
