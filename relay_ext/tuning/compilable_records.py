@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
@@ -27,6 +27,7 @@ from meta_rules.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat
 from meta_rules.tvm_errors import tvm_error_message
 
 from .progress import valid_run_secs
+from .skip_measured_search import records_by_workload
 
 logger = logging.getLogger(__name__)
 
@@ -79,18 +80,12 @@ def _workload_name(mod: tvm.IRModule) -> str:
     return f"workload of {inner[0] if inner else 'main'}"
 
 
-def _valid_records_by_workload(records) -> Dict[int, Tuple[tvm.IRModule, List]]:
-    """Structural hash of the workload -> (its module, its valid records fastest first)."""
-    grouped: Dict[int, Tuple[tvm.IRModule, List]] = {}
-    for record in records:
-        seconds = valid_run_secs(record.run_secs)
-        if seconds is None:
-            continue
-        mod = record.workload.mod
-        grouped.setdefault(tvm.ir.structural_hash(mod), (mod, []))[1].append((seconds, record))
-    for _, timed in grouped.values():
-        timed.sort(key=lambda pair: pair[0])
-    return grouped
+def _valid_records_fastest_first(
+    records: List[ms.database.TuningRecord],
+) -> List[Tuple[float, ms.database.TuningRecord]]:
+    """``records`` (of one workload) that measured, with their mean seconds, fastest first."""
+    timed = [(valid_run_secs(record.run_secs), record) for record in records]
+    return sorted([(s, r) for s, r in timed if s is not None], key=lambda pair: pair[0])
 
 
 def compilable_records(database: ms.Database) -> CompilableRecords:
@@ -98,13 +93,15 @@ def compilable_records(database: ms.Database) -> CompilableRecords:
     in-memory database (see the module doc). A database that cannot list its records is used as
     it is."""
     try:
-        records = database.get_all_tuning_records()
+        groups = records_by_workload(database)
     except Exception:  # pylint: disable=broad-except
         logger.debug("%s cannot list its records; compiling with it as it is", type(database).__name__)
         return CompilableRecords(database, [])
     chosen = ms.database.MemoryDatabase()
     skipped: List[SkippedRecord] = []
-    for mod, timed in _valid_records_by_workload(records).values():
+    for records in groups.values():
+        mod = records[0].workload.mod
+        timed = _valid_records_fastest_first(records)
         passed_over = []
         for seconds, record in timed:
             reason = unbuildable_reason(record)
