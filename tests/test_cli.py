@@ -33,6 +33,15 @@ def test_console_script_help():
         assert command in result.stdout
 
 
+def test_version_prints_the_installed_package_version(capsys):
+    from importlib import metadata
+
+    assert cli.main(["--version"]) == 0
+    version = metadata.version("quantfuse")
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", version)
+    assert capsys.readouterr().out.strip() == f"quantfuse {version}"
+
+
 @pytest.mark.parametrize("command", ["models", "fusion", "tune"])
 def test_subcommand_help(command, capsys):
     assert cli.main([command, "--help"]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from importlib import metadata
 
 USAGE = """\
 the command line of quantfuse:
@@ -76,6 +77,14 @@ COMMANDS = {
 }
 
 
+def package_version() -> str:
+    """The installed quantfuse distribution's version (pyproject.toml's ``version``)."""
+    try:
+        return metadata.version("quantfuse")
+    except metadata.PackageNotFoundError:  # run from a checkout that pip never installed
+        return "unknown (not installed; pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument("--verbose", action="store_true",
@@ -96,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(prog="quantfuse", description=USAGE, parents=[common],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"quantfuse {package_version()}",
+                        help="print the version of quantfuse and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
