@@ -57,7 +57,7 @@ def cmd_fusion(args) -> int:
     except ValueError as error:
         raise BadInput(f"--variants: {error}") from None
     check_model(args)
-    target = resolve_target(args.target, variants[0])
+    target = resolve_target(args.target, variants[0], quiet=args.json)
     out = Path(args.out) if args.out else None
     if out is not None and not os.access(out.parent if str(out.parent) else ".", os.W_OK):
         raise BadInput(f"cannot write --out {args.out!r}: its directory is missing or not writable")
@@ -170,7 +170,7 @@ def cmd_bench(args) -> int:
     from relay_ext.tuning.work_dir import open_tuned_database
 
     check_model(args)
-    run = run_description(args, resolve_target(args.target, args.variant))
+    run = run_description(args, resolve_target(args.target, args.variant, quiet=args.json))
     if run.target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
     check_runs_here(run.target)

@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
                        help="conv2d data layout of the Relay module (default NCHW)")
     model.add_argument("--target", required=True,
-                       help="a TVM target: 'llvm -mcpu=core-avx2', 'llvm -num-cores 4', "
+                       help="a TVM target: host (this CPU's best target, from the flags its "
+                            "OS enables), 'llvm -mcpu=core-avx2', 'llvm -num-cores 4', "
                             "nvidia/nvidia-a100, 'cuda -arch=sm_80' ...")
 
     parser = Parser(prog="quantfuse", description=USAGE, parents=[common],

@@ -13,7 +13,9 @@ hides it).
     check_runs_here("llvm -mcpu=cascadelake") # TargetNotRunnable naming the missing features
 
 Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
-``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU).
+``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU), turns
+``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and maps a target whose code could use
+AMX to one without it (:func:`relay_ext.lowering.amx.without_amx`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tvm.target import Target, codegen
 logger = logging.getLogger(__name__)
 
 TargetLike = Union[str, Target]
+# ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
+HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
 
 # The -mcpu picked for this host, best first: the first whose features the OS enables all of
@@ -121,20 +125,35 @@ def host_target_text(num_cores: Optional[int] = None,
 
 
 def as_target(target: TargetLike) -> Target:
-    """``target`` as a Target; a string TVM cannot parse is a ValueError with TVM's reason."""
+    """``target`` as a Target (``"host"``: :func:`host_llvm_target`); a string TVM cannot parse
+    is a ValueError with TVM's reason."""
     from meta_rules.rule_sets import as_target as parse  # pylint: disable=import-outside-toplevel
 
+    if is_host(target):
+        return host_llvm_target()
     return parse(target)
+
+
+def is_host(target: TargetLike) -> bool:
+    """Whether ``target`` is the word ``host`` (any case, spaces around): this machine's target."""
+    return isinstance(target, str) and target.strip().lower() == HOST
 
 
 def normalize_target(target: TargetLike) -> Target:
     """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
-    gets this machine's physical cores (MetaSchedule's CPU rules need the core count)."""
+    gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
+    is :func:`host_llvm_target`; a target whose code could use AMX is mapped to one without it,
+    with a warning (:func:`relay_ext.lowering.amx.without_amx`)."""
+    from .amx import without_amx  # pylint: disable=import-outside-toplevel
+
+    if is_host(target):
+        return host_llvm_target()
     target = as_target(target)
     if target.kind.name != "llvm":
         return target
     check_known_mcpu(target)
+    target = without_amx(target)
     if "num-cores" not in target.attrs:
         config = dict(target.export())
         config["num-cores"] = _physical_cores()
