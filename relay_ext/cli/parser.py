@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs per repeat (default 10)")
     bench.add_argument("--threads", type=positive_int, default=None,
                        help="threads for TVM and the reference runtimes (default: all CPUs)")
+    bench.add_argument("--json", action="store_true",
+                       help="print the result as one JSON object on stdout (model, target, "
+                            "threads, host_flags, rows with median/min/max ms, max_steps ...)")
     demo = command("demo")
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")

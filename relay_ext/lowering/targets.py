@@ -61,6 +61,13 @@ LLVM_TO_CPUINFO = {
 }
 
 
+# The /proc/cpuinfo flags that decide which int8 code quantfuse can build for a host (bench's
+# "host_flags"): vector widths, the dot-product instructions (VNNI) and AMX.
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8",
+                "amx_bf16")
+
+
 class TargetNotRunnable(ValueError):
     """A target whose code this machine cannot execute (measuring it here would crash)."""
 
@@ -84,6 +91,13 @@ def host_cpu_flags() -> Optional[FrozenSet[str]]:
         return parse_cpu_flags(CPUINFO.read_text())
     except OSError:
         return None
+
+
+def vector_flags(flags: Optional[Iterable[str]] = None) -> List[str]:
+    """The flags of :data:`VECTOR_FLAGS` that ``flags`` (default: this host's) has, in that
+    order; empty where the OS does not list its flags."""
+    flags = host_cpu_flags() if flags is None else frozenset(flags)
+    return [flag for flag in VECTOR_FLAGS if flag in (flags or ())]
 
 
 def best_mcpu(flags: Optional[Iterable[str]]) -> Optional[str]:
