@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs per repeat (default 10)")
     bench.add_argument("--threads", type=positive_int, default=None,
                        help="threads for TVM and the reference runtimes (default: all CPUs)")
+    bench.add_argument("--keep-slower-records", action="store_true",
+                       help="compile every task with its best record, also where it ran slower "
+                            "than TVM's default schedule of the task (default: such a task is "
+                            "timed both ways here and compiled with the default; skipping that "
+                            "saves a second build of each tuned task)")
     bench.add_argument("--json", action="store_true",
                        help="print the result as one JSON object on stdout (model, target, "
                             "threads, host_flags, rows with median/min/max ms, max_steps ...)")

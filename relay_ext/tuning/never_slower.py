@@ -203,7 +203,7 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
             record.target, record.args_info))
     for comparison in comparisons:
         if comparison.uses_default:
-            logger.warning("compiling with TVM's default schedule: %s", comparison)
+            logger.info("compiling with TVM's default schedule: %s", comparison)
     return NeverSlower(kept, comparisons)
 
 
