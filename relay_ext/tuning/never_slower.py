@@ -187,7 +187,13 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
             continue
         if not database.get_top_k(database.commit_workload(workload), 1):
             continue
-        comparison = time_task(task, database, target, variant, rounds)
+        try:
+            comparison = time_task(task, database, target, variant, rounds)
+        except Exception as error:  # pylint: disable=broad-except - the record is kept
+            logger.warning("could not time %s against TVM's default schedule (%s); keeping its "
+                           "record", task.task_name,
+                           (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
+            continue
         comparisons.append(comparison)
         logger.info("%s", comparison)
         if comparison.uses_default:
