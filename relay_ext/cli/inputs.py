@@ -24,8 +24,7 @@ def resolve_target(text: str, variant: str = "ours", quiet: bool = False):
     target, printed (not when ``quiet``: stdout is JSON), and one whose code could use AMX is
     mapped to one without it (a warning line)."""
     import meta_rules
-    from relay_ext.lowering.amx import short_text
-    from relay_ext.lowering.targets import is_host, normalize_target
+    from relay_ext.lowering.targets import is_host, normalize_target, short_text
 
     try:
         target = normalize_target(text)

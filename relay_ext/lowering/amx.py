@@ -29,9 +29,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import platform
-from typing import Iterable, List, Optional
+from typing import Iterable, Optional
 
-from tvm.target import Target, codegen
+# The guard on targets lives with the other target checks (imported here for the docs' names).
+from .targets import amx_features, host_cpu_flags, short_text, without_amx  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,6 @@ def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
     /proc/cpuinfo flags, lacks :data:`AMX_INT8_FLAGS`), off Linux x86-64, or when the kernel
     refuses (before 5.16: EINVAL). The permission is per process (threads share it, a forked
     child inherits it, an exec'd one does not): ask in every process that runs AMX code."""
-    from .targets import host_cpu_flags  # pylint: disable=import-outside-toplevel
-
     flags = host_cpu_flags() if flags is None else frozenset(flags)
     if flags is None or not set(AMX_INT8_FLAGS) <= set(flags):
         return False
@@ -83,65 +82,3 @@ def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
     if result != 0:
         logger.debug("arch_prctl(ARCH_REQ_XCOMP_PERM) refused: errno %d", ctypes.get_errno())
     return amx_tile_data_granted()
-
-
-def amx_features(target) -> List[str]:
-    """The AMX features (LLVM names: amx-tile, amx-int8, ...) that code built for ``target`` may
-    use: those of its ``-mcpu`` and ``-mattr`` as LLVM resolves them. Empty for non-llvm targets
-    and other architectures."""
-    target = target if isinstance(target, Target) else Target(target)
-    if target.kind.name != "llvm" or not _is_x86(target):
-        return []
-    return sorted(str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith("amx"))
-
-
-def without_amx(target: Target) -> Target:
-    """``target`` unchanged when its code may not use AMX; else the same target without it: AMX
-    entries dropped from ``-mattr``, and an ``-mcpu`` whose LLVM features include AMX replaced by
-    the best ``-mcpu`` of :data:`~relay_ext.lowering.targets.MCPU_LADDER` that its features cover
-    (sapphirerapids, graniterapids ... -> cascadelake; the ladder's order is what measured
-    fastest here), with one warning. Other attributes (``-num-cores`` ...) are kept."""
-    from .targets import LLVM_TO_CPUINFO, best_mcpu  # pylint: disable=import-outside-toplevel
-
-    amx = amx_features(target)
-    if not amx:
-        return target
-    config = dict(target.export())
-    mattr = [str(a) for a in config.get("mattr", [])]
-    kept_mattr = [a for a in mattr if not a.lstrip("+-").startswith("amx")]
-    if kept_mattr:
-        config["mattr"] = kept_mattr
-    else:
-        config.pop("mattr", None)
-    mcpu = config.get("mcpu")
-    if mcpu and amx_features(Target({"kind": "llvm", "mcpu": mcpu,
-                                     **({"mtriple": config["mtriple"]} if "mtriple" in config
-                                        else {})})):
-        features = codegen.llvm_get_cpu_features(target)
-        replacement = best_mcpu(LLVM_TO_CPUINFO[str(f)] for f in features
-                                if str(f) in LLVM_TO_CPUINFO and not str(f).startswith("amx"))
-        if replacement:
-            config["mcpu"] = replacement
-        else:
-            config.pop("mcpu")
-    mapped = Target(config, host=target.host)
-    logger.warning("quantfuse has no working AMX code yet (TVM 0.19's AMX schedules crash or fail "
-                   "to build): compiling for '%s' instead of '%s' (no %s); see docs/cpu.md",
-                   short_text(mapped), short_text(target), ", ".join(amx))
-    return mapped
-
-
-def short_text(target: Target) -> str:
-    """``llvm -mcpu=X -num-cores N [-mattr=...]``: what a person would type for ``target``."""
-    parts = [target.kind.name]
-    for key in ("mtriple", "mcpu", "mattr", "num-cores"):
-        value = target.attrs.get(key)
-        if value is None or (key == "mattr" and not list(value)):
-            continue
-        parts.append(f"-{key}={','.join(map(str, value))}" if key == "mattr"
-                     else f"-{key} {value}" if key == "num-cores" else f"-{key}={value}")
-    return " ".join(parts)
-
-
-def _is_x86(target: Target) -> bool:
-    return str(target.attrs.get("mtriple", "x86_64")).startswith(("x86_64", "i686", "i386"))

@@ -15,7 +15,7 @@ hides it).
 Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
 ``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU), turns
 ``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and maps a target whose code could use
-AMX to one without it (:func:`relay_ext.lowering.amx.without_amx`).
+AMX to one without it (:func:`without_amx`).
 """
 
 from __future__ import annotations
@@ -158,9 +158,7 @@ def normalize_target(target: TargetLike) -> Target:
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
     gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
     is :func:`host_llvm_target`; a target whose code could use AMX is mapped to one without it,
-    with a warning (:func:`relay_ext.lowering.amx.without_amx`)."""
-    from .amx import without_amx  # pylint: disable=import-outside-toplevel
-
+    with a warning (:func:`without_amx`)."""
     if is_host(target):
         return host_llvm_target()
     target = as_target(target)
@@ -226,6 +224,65 @@ def check_runs_here(target: TargetLike, flags: Optional[Iterable[str]] = None) -
 def is_generic_x86(target: Target) -> bool:
     """An x86 llvm target without ``-mcpu``: TVM compiles it for generic x86-64 (no AVX)."""
     return target.kind.name == "llvm" and "mcpu" not in target.attrs and _is_x86(target)
+
+
+# --- AMX: no AMX code is compiled yet (docs/cpu.md, relay_ext/lowering/amx.py) -----------------
+
+
+def amx_features(target) -> List[str]:
+    """The AMX features (LLVM names: amx-tile, amx-int8, ...) that code built for ``target`` may
+    use: those of its ``-mcpu`` and ``-mattr`` as LLVM resolves them. Empty for non-llvm targets
+    and other architectures."""
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind.name != "llvm" or not _is_x86(target):
+        return []
+    return sorted(str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith("amx"))
+
+
+def without_amx(target: Target) -> Target:
+    """``target`` unchanged when its code may not use AMX; else the same target without it: AMX
+    entries dropped from ``-mattr``, and an ``-mcpu`` whose LLVM features include AMX replaced by
+    the best ``-mcpu`` of :data:`~relay_ext.lowering.targets.MCPU_LADDER` that its features cover
+    (sapphirerapids, graniterapids ... -> cascadelake; the ladder's order is what measured
+    fastest here), with one warning. Other attributes (``-num-cores`` ...) are kept."""
+    amx = amx_features(target)
+    if not amx:
+        return target
+    config = dict(target.export())
+    mattr = [str(a) for a in config.get("mattr", [])]
+    kept_mattr = [a for a in mattr if not a.lstrip("+-").startswith("amx")]
+    if kept_mattr:
+        config["mattr"] = kept_mattr
+    else:
+        config.pop("mattr", None)
+    mcpu = config.get("mcpu")
+    if mcpu and amx_features(Target({"kind": "llvm", "mcpu": mcpu,
+                                     **({"mtriple": config["mtriple"]} if "mtriple" in config
+                                        else {})})):
+        features = codegen.llvm_get_cpu_features(target)
+        replacement = best_mcpu(LLVM_TO_CPUINFO[str(f)] for f in features
+                                if str(f) in LLVM_TO_CPUINFO and not str(f).startswith("amx"))
+        if replacement:
+            config["mcpu"] = replacement
+        else:
+            config.pop("mcpu")
+    mapped = Target(config, host=target.host)
+    logger.warning("quantfuse has no working AMX code yet (TVM 0.19's AMX schedules crash or fail "
+                   "to build): compiling for '%s' instead of '%s' (no %s); see docs/cpu.md",
+                   short_text(mapped), short_text(target), ", ".join(amx))
+    return mapped
+
+
+def short_text(target: Target) -> str:
+    """``llvm -mcpu=X -num-cores N [-mattr=...]``: what a person would type for ``target``."""
+    parts = [target.kind.name]
+    for key in ("mtriple", "mcpu", "mattr", "num-cores"):
+        value = target.attrs.get(key)
+        if value is None or (key == "mattr" and not list(value)):
+            continue
+        parts.append(f"-{key}={','.join(map(str, value))}" if key == "mattr"
+                     else f"-{key} {value}" if key == "num-cores" else f"-{key}={value}")
+    return " ".join(parts)
 
 
 # --- small helpers -------------------------------------------------------------------------------
