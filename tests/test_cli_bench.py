@@ -7,6 +7,7 @@ import re
 import pytest
 
 from relay_ext import cli
+from relay_ext.lowering import targets
 from relay_ext.report import latency as latency_bench
 from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE
 from relay_ext.tuning import SUMMARY_FILE
@@ -34,7 +35,8 @@ def test_a_tune_spreads_its_budget_over_the_tasks(tiny_tuned):
 def test_bench_writes_report_and_chart(tiny_tuned, capsys):
     work_dir, _ = tiny_tuned
     assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
-                     "--repeats", "3", "--number", "5", "--threads", "1"]) == 0
+                     "--repeats", "3", "--number", "5", "--threads", "1",
+                     "--keep-slower-records"]) == 0  # the rule: test_bench_json
     out = capsys.readouterr().out
     for label in ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "/ TVM tuned", "/ PyTorch"):
         assert label in out, out
@@ -53,10 +55,39 @@ def test_bench_on_a_busy_machine_warns_in_the_table_and_the_report(tiny_tuned, c
     work_dir, _ = tiny_tuned
     monkeypatch.setattr(latency_bench, "load_average", lambda: 7.5)
     assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
-                     "--repeats", "1", "--number", "1", "--threads", "2"]) == 0
+                     "--repeats", "1", "--number", "1", "--threads", "2",
+                     "--keep-slower-records"]) == 0
     out = capsys.readouterr().out
     assert "load average was 7.50" in out and "not trustworthy" in out, out
     assert "not trustworthy" in (work_dir / REPORT_FILE).read_text()
+
+
+def test_bench_json_is_one_object_and_never_slower_than_the_default(tiny_tuned, capsys):
+    """--json: stdout is one JSON object as issue 18 specifies it; the never-slower rule compared
+    every task that has a record (tiny_resnet's 10, all measured) with TVM's default schedule,
+    and report.md says what it chose."""
+    work_dir, _ = tiny_tuned
+    assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
+                     "--repeats", "2", "--number", "2", "--threads", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)  # nothing else on stdout
+    assert result["model"] == "tiny_resnet" and result["threads"] == 1
+    assert "-mcpu=core-avx2" in result["target"]
+    assert "avx2" in result["host_flags"] and set(result["host_flags"]) <= set(
+        targets.host_cpu_flags())
+    names = [row["configuration"] for row in result["rows"]]
+    assert names[:3] == ["TVM tuned (ours)", "TVM untuned", "PyTorch int8"], names
+    for row in result["rows"]:
+        assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"], row
+    assert 0 <= result["max_steps"] <= MAX_STEPS
+    summary = json.loads((work_dir / SUMMARY_FILE).read_text())
+    compared = result["tasks_vs_default"]
+    assert len(compared) == summary["tasks_measured"], compared
+    for task in compared:
+        assert task["record_ms"] > 0 and task["default_ms"] > 0
+        assert task["uses_default"] == (task["record_ms"] > 1.05 * task["default_ms"]), task
+    report = (work_dir / REPORT_FILE).read_text()
+    used = sum(task["uses_default"] for task in compared)
+    assert f"never slower than TVM's default: {used} of {len(compared)} tasks" in report
 
 
 def test_bench_without_database_is_one_line(tmp_path, capsys):

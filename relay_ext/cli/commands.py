@@ -57,7 +57,7 @@ def cmd_fusion(args) -> int:
     except ValueError as error:
         raise BadInput(f"--variants: {error}") from None
     check_model(args)
-    target = resolve_target(args.target, variants[0])
+    target = resolve_target(args.target, variants[0], quiet=args.json)
     out = Path(args.out) if args.out else None
     if out is not None and not os.access(out.parent if str(out.parent) else ".", os.W_OK):
         raise BadInput(f"cannot write --out {args.out!r}: its directory is missing or not writable")
@@ -125,9 +125,10 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def onnx_export_for_bench(model: str, image_size: int, work_dir: Path):
+def onnx_export_for_bench(model: str, image_size: int, work_dir: Path, note_to=None):
     """A built-in model's ONNX export, quantized by ONNX Runtime, for bench's ONNX Runtime row
-    (kept in the work dir); None with a note when onnx/onnxruntime are not installed."""
+    (kept in the work dir); None with a note (on ``note_to``, default stdout) when onnx/onnxruntime
+    are not installed."""
     from relay_ext.frontend.onnx_export import export_quantized
     from relay_ext.frontend.optional_deps import MissingDependency
 
@@ -137,25 +138,34 @@ def onnx_export_for_bench(model: str, image_size: int, work_dir: Path):
     try:
         return export_quantized(model, path, image_size=image_size)
     except MissingDependency as error:
-        print(f"(no ONNX Runtime row: {error})")
+        print(f"(no ONNX Runtime row: {error})", file=note_to or sys.stdout)
         return None
 
 
 def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repeats: int = 10,
-          number: int = 10, threads=None, onnx_model=None):
-    """Measure, print the table, write report.md and the chart; returns the BenchResult."""
+          number: int = 10, threads=None, onnx_model=None, as_json: bool = False,
+          never_slower: bool = True):
+    """Measure, print the table (``as_json``: one JSON object on stdout, and nothing else there),
+    write report.md and the chart; returns the BenchResult."""
     from relay_ext.report.latency import measure_latency
     from relay_ext.report.latency_report import write_report
     from relay_ext.report.tables import text_table
 
     result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
-                             threads=threads, onnx_model=onnx_model)
+                             threads=threads, onnx_model=onnx_model, never_slower=never_slower)
+    if as_json:  # issue 18 item 5
+        paths = write_report(result, work_dir)
+        print(json.dumps(result.to_dict(), indent=2))
+        print(f"wrote {paths['report']} and {paths['chart']}", file=sys.stderr)
+        return result
     print(f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
           f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
     print(f"TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization "
           f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
           f"untuned: {result.untuned_max_steps:.2f}")
     for line in result.runtime_lines():
+        print(line)
+    for line in result.default_lines():
         print(line)
     print()
     print(text_table(result.header, result.rows()))
@@ -170,7 +180,7 @@ def cmd_bench(args) -> int:
     from relay_ext.tuning.work_dir import open_tuned_database
 
     check_model(args)
-    run = run_description(args, resolve_target(args.target, args.variant))
+    run = run_description(args, resolve_target(args.target, args.variant, quiet=args.json))
     if run.target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
     check_runs_here(run.target)
@@ -182,7 +192,10 @@ def cmd_bench(args) -> int:
         raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
     warn_if_generic_llvm(args.target, run.target)
     built_in = not is_model_file(args.model)
-    onnx_model = onnx_export_for_bench(args.model, args.image_size, work_dir) if built_in else None
+    onnx_model = (onnx_export_for_bench(args.model, args.image_size, work_dir,
+                                        sys.stderr if args.json else None)
+                  if built_in else None)
     bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
-          args.threads, onnx_model)
+          args.threads, onnx_model, as_json=args.json,
+          never_slower=not args.keep_slower_records)
     return 0

@@ -15,14 +15,16 @@ from .parser import BadInput
 
 logger = logging.getLogger("quantfuse")
 
-EXAMPLE_TARGETS = "examples: llvm -mcpu=core-avx2, nvidia/nvidia-a100"
+EXAMPLE_TARGETS = "examples: host, llvm -mcpu=core-avx2, nvidia/nvidia-a100"
 
 
-def resolve_target(text: str, variant: str = "ours"):
+def resolve_target(text: str, variant: str = "ours", quiet: bool = False):
     """--target, parsed and checked (an -mcpu LLVM does not know, a target without MetaSchedule
-    defaults: BadInput); an llvm target gets its -num-cores."""
+    defaults: BadInput); an llvm target gets its -num-cores; ``host`` is this machine's best
+    target, printed (not when ``quiet``: stdout is JSON), and one whose code could use AMX is
+    mapped to one without it (a warning line)."""
     import meta_rules
-    from relay_ext.lowering.targets import normalize_target
+    from relay_ext.lowering.targets import is_host, normalize_target, short_text
 
     try:
         target = normalize_target(text)
@@ -30,6 +32,8 @@ def resolve_target(text: str, variant: str = "ours"):
     except ValueError as error:
         examples = "" if "for this machine" in str(error) else f"; {EXAMPLE_TARGETS}"
         raise BadInput(f"{error}{examples}") from None
+    if is_host(text) and not quiet:
+        print(f"--target host: {short_text(target)} (from the CPU flags the OS enables)")
     return target
 
 

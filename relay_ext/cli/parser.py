@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
                        help="conv2d data layout of the Relay module (default NCHW)")
     model.add_argument("--target", required=True,
-                       help="a TVM target: 'llvm -mcpu=core-avx2', 'llvm -num-cores 4', "
+                       help="a TVM target: host (this CPU's best target, from the flags its "
+                            "OS enables), 'llvm -mcpu=core-avx2', 'llvm -num-cores 4', "
                             "nvidia/nvidia-a100, 'cuda -arch=sm_80' ...")
 
     parser = Parser(prog="quantfuse", description=USAGE, parents=[common],
@@ -138,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs per repeat (default 10)")
     bench.add_argument("--threads", type=positive_int, default=None,
                        help="threads for TVM and the reference runtimes (default: all CPUs)")
+    bench.add_argument("--keep-slower-records", action="store_true",
+                       help="compile every task with its best record, also where it ran slower "
+                            "than TVM's default schedule of the task (default: such a task is "
+                            "timed both ways here and compiled with the default; skipping that "
+                            "saves a second build of each tuned task)")
+    bench.add_argument("--json", action="store_true",
+                       help="print the result as one JSON object on stdout (model, target, "
+                            "threads, host_flags, rows with median/min/max ms, max_steps ...)")
     demo = command("demo")
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")

@@ -13,7 +13,9 @@ hides it).
     check_runs_here("llvm -mcpu=cascadelake") # TargetNotRunnable naming the missing features
 
 Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
-``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU).
+``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU), turns
+``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and maps a target whose code could use
+AMX to one without it (:func:`without_amx`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tvm.target import Target, codegen
 logger = logging.getLogger(__name__)
 
 TargetLike = Union[str, Target]
+# ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
+HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
 
 # The -mcpu picked for this host, best first: the first whose features the OS enables all of
@@ -57,6 +61,13 @@ LLVM_TO_CPUINFO = {
 }
 
 
+# The /proc/cpuinfo flags that decide which int8 code quantfuse can build for a host (bench's
+# "host_flags"): vector widths, the dot-product instructions (VNNI) and AMX.
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8",
+                "amx_bf16")
+
+
 class TargetNotRunnable(ValueError):
     """A target whose code this machine cannot execute (measuring it here would crash)."""
 
@@ -80,6 +91,13 @@ def host_cpu_flags() -> Optional[FrozenSet[str]]:
         return parse_cpu_flags(CPUINFO.read_text())
     except OSError:
         return None
+
+
+def vector_flags(flags: Optional[Iterable[str]] = None) -> List[str]:
+    """The flags of :data:`VECTOR_FLAGS` that ``flags`` (default: this host's) has, in that
+    order; empty where the OS does not list its flags."""
+    flags = host_cpu_flags() if flags is None else frozenset(flags)
+    return [flag for flag in VECTOR_FLAGS if flag in (flags or ())]
 
 
 def best_mcpu(flags: Optional[Iterable[str]]) -> Optional[str]:
@@ -121,20 +139,33 @@ def host_target_text(num_cores: Optional[int] = None,
 
 
 def as_target(target: TargetLike) -> Target:
-    """``target`` as a Target; a string TVM cannot parse is a ValueError with TVM's reason."""
+    """``target`` as a Target (``"host"``: :func:`host_llvm_target`); a string TVM cannot parse
+    is a ValueError with TVM's reason."""
     from meta_rules.rule_sets import as_target as parse  # pylint: disable=import-outside-toplevel
 
+    if is_host(target):
+        return host_llvm_target()
     return parse(target)
+
+
+def is_host(target: TargetLike) -> bool:
+    """Whether ``target`` is the word ``host`` (any case, spaces around): this machine's target."""
+    return isinstance(target, str) and target.strip().lower() == HOST
 
 
 def normalize_target(target: TargetLike) -> Target:
     """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
-    gets this machine's physical cores (MetaSchedule's CPU rules need the core count)."""
+    gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
+    is :func:`host_llvm_target`; a target whose code could use AMX is mapped to one without it,
+    with a warning (:func:`without_amx`)."""
+    if is_host(target):
+        return host_llvm_target()
     target = as_target(target)
     if target.kind.name != "llvm":
         return target
     check_known_mcpu(target)
+    target = without_amx(target)
     if "num-cores" not in target.attrs:
         config = dict(target.export())
         config["num-cores"] = _physical_cores()
@@ -193,6 +224,65 @@ def check_runs_here(target: TargetLike, flags: Optional[Iterable[str]] = None) -
 def is_generic_x86(target: Target) -> bool:
     """An x86 llvm target without ``-mcpu``: TVM compiles it for generic x86-64 (no AVX)."""
     return target.kind.name == "llvm" and "mcpu" not in target.attrs and _is_x86(target)
+
+
+# --- AMX: no AMX code is compiled yet (docs/cpu.md, relay_ext/lowering/amx.py) -----------------
+
+
+def amx_features(target) -> List[str]:
+    """The AMX features (LLVM names: amx-tile, amx-int8, ...) that code built for ``target`` may
+    use: those of its ``-mcpu`` and ``-mattr`` as LLVM resolves them. Empty for non-llvm targets
+    and other architectures."""
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind.name != "llvm" or not _is_x86(target):
+        return []
+    return sorted(str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith("amx"))
+
+
+def without_amx(target: Target) -> Target:
+    """``target`` unchanged when its code may not use AMX; else the same target without it: AMX
+    entries dropped from ``-mattr``, and an ``-mcpu`` whose LLVM features include AMX replaced by
+    the best ``-mcpu`` of :data:`~relay_ext.lowering.targets.MCPU_LADDER` that its features cover
+    (sapphirerapids, graniterapids ... -> cascadelake; the ladder's order is what measured
+    fastest here), with one warning. Other attributes (``-num-cores`` ...) are kept."""
+    amx = amx_features(target)
+    if not amx:
+        return target
+    config = dict(target.export())
+    mattr = [str(a) for a in config.get("mattr", [])]
+    kept_mattr = [a for a in mattr if not a.lstrip("+-").startswith("amx")]
+    if kept_mattr:
+        config["mattr"] = kept_mattr
+    else:
+        config.pop("mattr", None)
+    mcpu = config.get("mcpu")
+    if mcpu and amx_features(Target({"kind": "llvm", "mcpu": mcpu,
+                                     **({"mtriple": config["mtriple"]} if "mtriple" in config
+                                        else {})})):
+        features = codegen.llvm_get_cpu_features(target)
+        replacement = best_mcpu(LLVM_TO_CPUINFO[str(f)] for f in features
+                                if str(f) in LLVM_TO_CPUINFO and not str(f).startswith("amx"))
+        if replacement:
+            config["mcpu"] = replacement
+        else:
+            config.pop("mcpu")
+    mapped = Target(config, host=target.host)
+    logger.warning("quantfuse has no working AMX code yet (TVM 0.19's AMX schedules crash or fail "
+                   "to build): compiling for '%s' instead of '%s' (no %s); see docs/cpu.md",
+                   short_text(mapped), short_text(target), ", ".join(amx))
+    return mapped
+
+
+def short_text(target: Target) -> str:
+    """``llvm -mcpu=X -num-cores N [-mattr=...]``: what a person would type for ``target``."""
+    parts = [target.kind.name]
+    for key in ("mtriple", "mcpu", "mattr", "num-cores"):
+        value = target.attrs.get(key)
+        if value is None or (key == "mattr" and not list(value)):
+            continue
+        parts.append(f"-{key}={','.join(map(str, value))}" if key == "mattr"
+                     else f"-{key} {value}" if key == "num-cores" else f"-{key}={value}")
+    return " ".join(parts)
 
 
 # --- small helpers -------------------------------------------------------------------------------

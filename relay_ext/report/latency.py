@@ -25,8 +25,9 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..frontend.models import LoadedModel
 from ..frontend.onnx_runtime import saturation_note
 from ..lowering.config import BUILD_OPTIONS
-from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target
+from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
 from ..tuning.build import build_with_records, graph_module
+from ..tuning.never_slower import TaskVsDefault, compile_never_slower
 from .accuracy import build_untuned, step_error
 from .tables import machine_description
 
@@ -72,6 +73,20 @@ class BenchResult:
     # Max output steps from the reference of the other runtimes that run the model itself (ONNX
     # Runtime int8 for an ONNX model, whose reference is its QDQ graph as written).
     runtime_steps: Dict[str, float] = dataclasses.field(default_factory=dict)
+    # Issue 18's never-slower rule: every task with a record, its record's time and TVM's
+    # default schedule's, timed here; those whose record was slower were compiled with the
+    # default. None: the rule was not applied.
+    tasks_vs_default: Optional[List[TaskVsDefault]] = None
+
+    def default_lines(self) -> List[str]:
+        """What the never-slower rule did, for people (empty when it was not applied)."""
+        if self.tasks_vs_default is None:
+            return []
+        slower = [c for c in self.tasks_vs_default if c.uses_default]
+        line = (f"never slower than TVM's default: {len(slower)} of {len(self.tasks_vs_default)} "
+                "tasks with a record compiled with TVM's default schedule instead (their best "
+                "record ran slower here)")
+        return [line, *[f"  {c}" for c in slower]]
 
     def runtime_lines(self) -> List[str]:
         """One sentence per entry of ``runtime_steps``, with why when it is more than rounding."""
@@ -105,9 +120,36 @@ class BenchResult:
         return ["", "median ms", "spread ms", f"/ {TUNED}",
                 *[f"/ {label.replace(' int8', '')}" for label in self.references]]
 
+    def label(self, label: str) -> str:
+        """A configuration's name as the table prints it ("TVM tuned (ours)", "PyTorch int8")."""
+        return f"{label} ({self.variant})" if label == TUNED else label
+
+    def to_dict(self) -> Dict[str, object]:
+        """The result as ``quantfuse bench --json`` prints it: ``model``, ``target``, ``threads``,
+        ``host_flags`` (the vector/VNNI/AMX flags this host's OS enables), ``rows`` (one per
+        configuration, named as in the table, with ``median_ms``, ``min_ms``, ``max_ms``),
+        ``max_steps`` (TVM tuned vs ``reference``) and the rest of the result."""
+        return {
+            "model": self.model, "input_shape": list(self.input_shape), "target": self.target,
+            "variant": self.variant, "threads": self.threads, "host_flags": vector_flags(),
+            "repeats": self.repeats, "number": self.number,
+            "rows": [{"configuration": self.label(label),
+                      "median_ms": timing.median_ms,
+                      "min_ms": 1e3 * min(timing.seconds), "max_ms": 1e3 * max(timing.seconds)}
+                     for label, timing in self.timings.items()],
+            "reference": self.reference, "max_steps": self.max_steps,
+            "mean_steps": self.mean_steps, "fraction_equal": self.fraction_equal,
+            "untuned_max_steps": self.untuned_max_steps,
+            "runtime_steps": dict(self.runtime_steps),
+            "machine": self.machine, "date": self.date, "load_average": self.load_average,
+            "busy_warning": self.busy_warning,
+            "tasks_vs_default": (None if self.tasks_vs_default is None
+                                 else [c.to_dict() for c in self.tasks_vs_default]),
+        }
+
     def rows(self) -> List[List[str]]:
         """Table rows: configuration, median ms, spread, vs TVM tuned, vs each reference."""
-        return [[f"{label} ({self.variant})" if label == TUNED else label,
+        return [[self.label(label),
                  f"{timing.median_ms:.3f}", f"{timing.spread_ms:.3f}",
                  f"{self.ratio(label, TUNED):.2f}x",
                  *[f"{self.ratio(label, ref):.2f}x" for ref in self.references]]
@@ -319,19 +361,30 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
 def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLike = "llvm",
                     variant: str = "ours", repeats: int = 10, number: int = 10,
                     threads: Optional[int] = None,
-                    onnx_model: Optional[PathLike] = None) -> BenchResult:
+                    onnx_model: Optional[PathLike] = None,
+                    never_slower: bool = True) -> BenchResult:
     """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check both builds'
     outputs against the model's reference runtime (PyTorch, or ONNX Runtime for an ONNX model)
     in output quantization steps, and time them beside :func:`reference_timers` on the same input
     with the same thread count: median of ``repeats`` interleaved rounds, each round timing every
-    configuration once as the mean of ``number`` runs."""
+    configuration once as the mean of ``number`` runs.
+
+    ``never_slower``: a task whose best record runs slower than TVM's default schedule of the
+    task (both timed here with ``threads`` threads) is compiled with the default
+    (:mod:`relay_ext.tuning.never_slower`); the result's ``tasks_vs_default`` lists them all."""
     if loaded.output_scale is None:
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target, variant = normalize_target(target), check_variant(variant)
     check_runs_here(target)  # timing code this CPU cannot execute would kill the process
     threads = int(threads or os.cpu_count() or 1)
     load = load_average()  # before our own compile adds to it
-    libs = {TUNED: build_with_records(database, loaded.mod, loaded.params, target, variant)}
+    comparisons = None
+    if never_slower:
+        lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
+            database, loaded.mod, loaded.params, target, variant))
+        libs, comparisons = {TUNED: lib}, kept.comparisons
+    else:
+        libs = {TUNED: build_with_records(database, loaded.mod, loaded.params, target, variant)}
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         libs[UNTUNED] = build_untuned(loaded.mod, loaded.params, target)
 
@@ -358,5 +411,6 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         untuned_max_steps=step_error(outputs[UNTUNED], expected, loaded.output_scale).max_steps,
         runtime_steps={label: step_error(output, expected, loaded.output_scale).max_steps
                        for label, output in runtime_outputs.items()},
+        tasks_vs_default=comparisons,
         machine=machine_description(), load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -51,6 +51,8 @@ def report_markdown(result: BenchResult) -> str:
         f"apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% of outputs "
         f"equal); TVM untuned: max {result.untuned_max_steps:.2f} steps.",
         *[f"- {line}." for line in result.runtime_lines()],
+        *[f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}"
+          for line in result.default_lines()],
         "",
         markdown_table(result.header, rows),
     ]

@@ -1,0 +1,202 @@
+"""Tuned int8 on this CPU against its peers (issue 18): TVM tuned, TVM untuned, PyTorch int8 and
+ONNX Runtime int8, after a tune of a given wall time.
+
+    python -m benchmarks.cpu_vs_peers [--models resnet18,resnet50,mobilenet_v2] [--minutes 15]
+        [--image-size 224] [--threads 2] [--target host] [--step-trials 64] [--repeats 7]
+        [--number 5] [--work-root /tmp/quantfuse-cpu-vs-peers]
+
+Per model, as a user would: ``quantfuse tune --target host`` is run again and again on one work
+dir, each time with ``--step-trials`` more trials (tune resumes from the records it holds), until
+``--minutes`` of wall time have passed (the last step may overrun by one step; the tuning minutes
+actually spent are reported), then ``quantfuse bench --json`` times the four configurations in
+interleaved rounds on the same input with ``--threads`` threads each; TVM tuned is compiled under
+bench's never-slower rule (docs/cpu.md). The search is an evolutionary search of population 64
+(TVM's default of 2048 takes tens of seconds per round on 2 cores), as in the issue's figures.
+
+A rerun with the same --work-root resumes each model's tune. Each result is kept in
+``benchmarks/results/cpu_vs_peers.json`` under its host class (from the CPU flags the OS enables:
+AMX, AVX-512 VNNI, AVX-512, AVX2) and model; docs/BENCHMARKS.md gets one section per host class,
+``cpu_vs_peers_<class>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from tvm import meta_schedule as ms
+
+from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
+                                         utc_now, write_results_section)
+from relay_ext import cli
+from relay_ext.cli import commands as cli_commands
+from relay_ext.lowering.targets import host_cpu_flags, vector_flags
+from relay_ext.report.tables import machine_description
+
+RESULTS = Path(__file__).resolve().parent / "results" / "cpu_vs_peers.json"
+ROWS = ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8")
+
+
+def host_class(flags: Optional[frozenset] = None) -> str:
+    """The host class this project measures on, from the flags the OS enables."""
+    flags = host_cpu_flags() if flags is None else flags
+    flags = flags or frozenset()
+    if {"amx_tile", "amx_int8"} <= flags:
+        return "amx"
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx512bw" in flags:
+        return "avx512"
+    if "avx2" in flags:
+        return "avx2"
+    return "other"
+
+
+CLASS_TITLES = {"amx": "AMX-INT8 (and AVX-512 VNNI)", "avx512_vnni": "AVX-512 VNNI",
+                "avx512": "AVX-512 without VNNI", "avx2": "AVX2 only", "other": "no AVX2"}
+
+
+def search_strategy() -> ms.search_strategy.EvolutionarySearch:
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16,
+        genetic_num_iters=2, genetic_max_fail_count=4)
+
+
+def run_cli(argv: List[str]) -> str:
+    """``quantfuse argv`` in this process; its stdout (raises on a non-zero exit)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(argv)
+    if code != 0:
+        raise RuntimeError(f"quantfuse {shlex.join(argv)} exited {code}:\n{out.getvalue()}")
+    return out.getvalue()
+
+
+def tune_for(model_args: List[str], work_dir: Path, minutes: float, step: int,
+             seed: int) -> Dict:
+    """Tune in steps of ``step`` trials until ``minutes`` of wall time have passed."""
+    cli_commands.search_strategy = search_strategy
+    start = time.perf_counter()
+    trials = len_records(work_dir)
+    resumed_from = trials
+    while time.perf_counter() - start < 60 * minutes:
+        trials += step
+        run_cli(["tune", *model_args, "--work-dir", str(work_dir), "--trials", str(trials),
+                 "--seed", str(seed)])
+        got = len_records(work_dir)
+        print(f"  {work_dir.name}: {got} records, {time.perf_counter() - start:.0f} s",
+              flush=True)
+        if got < trials:  # the search ran out of new candidates
+            break
+    return {"tuning_s": round(time.perf_counter() - start, 1), "records": len_records(work_dir),
+            "resumed_from": resumed_from}
+
+
+def len_records(work_dir: Path) -> int:
+    path = work_dir / "database_tuning_record.json"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def bench_model(name: str, args) -> Dict:
+    model_args = ["--model", name, "--image-size", str(args.image_size), "--target", args.target]
+    work_dir = Path(args.work_root) / host_class() / f"{name}_{args.image_size}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    print(f"{name}: tuning {args.minutes} min in {work_dir}", flush=True)
+    tuning = tune_for(model_args, work_dir, args.minutes, args.step_trials, args.seed)
+    out = run_cli(["bench", *model_args, "--work-dir", str(work_dir), "--repeats",
+                   str(args.repeats), "--number", str(args.number), "--threads",
+                   str(args.threads), "--json"])
+    result = json.loads(out[out.index("{"):])  # '--target host: ...' may come first
+    result.update({
+        "host_class": host_class(), "tuning": tuning, "tuning_minutes_asked": args.minutes,
+        "commit": current_commit(), "measured": utc_now(), "machine": machine_description(),
+        "command": shlex.join(["python", "-m", "benchmarks.cpu_vs_peers", *sys.argv[1:]]),
+    })
+    return result
+
+
+def model_table(result: Dict) -> str:
+    rows = {row["configuration"]: row for row in result["rows"]}
+    torch_ms = rows.get("PyTorch int8", {}).get("median_ms")
+    table = []
+    for label in ROWS:
+        if label not in rows:
+            continue
+        row = rows[label]
+        table.append([label, f"{row['median_ms']:.3f}",
+                      f"{row['min_ms']:.3f} - {row['max_ms']:.3f}",
+                      f"{row['median_ms'] / torch_ms:.2f}x" if torch_ms else "-"])
+    defaults = result.get("tasks_vs_default") or []
+    used = [t for t in defaults if t["uses_default"]]
+    tuning = result["tuning"]
+    shape = "x".join(map(str, result["input_shape"]))
+    return (
+        f"### int8 {result['model']} {shape}\n\n"
+        f"Target `{result['target']}`; host flags {', '.join(result['host_flags'])}. Tuned "
+        f"{tuning['tuning_s'] / 60:.1f} min (asked {result['tuning_minutes_asked']}) to "
+        f"{tuning['records']} records"
+        + (f" (resumed from {tuning['resumed_from']})" if tuning["resumed_from"] else "")
+        + f"; {result['threads']} threads for every runtime; median of {result['repeats']} "
+        f"interleaved rounds x {result['number']} runs; load average before timing "
+        f"{'?' if result['load_average'] is None else round(result['load_average'], 2)}. "
+        f"TVM tuned vs {result['reference']}: max {result['max_steps']:.2f} output steps. "
+        f"Never-slower rule: {len(used)} of {len(defaults)} tuned tasks compiled with TVM's "
+        f"default schedule. Measured {result['measured']} (commit {result['commit']}), "
+        f"command `{result['command']}`.\n\n"
+        + markdown_table(["configuration", "median ms", "min - max ms", "/ PyTorch int8"], table)
+        + ("\n\n**" + result["busy_warning"] + "**" if result.get("busy_warning") else "")
+        + "\n"
+    )
+
+
+def render(stored: Dict[str, Dict]) -> None:
+    for klass in sorted({r["host_class"] for r in stored.values()}):
+        mine = {k: r for k, r in stored.items() if r["host_class"] == klass}
+        smoke = all(r["model"] == "tiny_resnet" for r in mine.values())
+        write_results_section(
+            f"cpu_vs_peers_{klass}", f"TVM tuned vs PyTorch and ONNX Runtime int8: "
+            f"{CLASS_TITLES.get(klass, klass)} hosts",
+            "Written by `benchmarks/cpu_vs_peers.py` (issue 18): `quantfuse tune --target host` "
+            "for a wall time, then `quantfuse bench --json`, per model. The goal is TVM tuned "
+            "at or below 1.0x PyTorch int8."
+            + (" Only a smoke run of the script so far (tiny_resnet, a minute of tuning): it "
+               "shows that the script works, not how fast anything is." if smoke else ""),
+            mine, model_table)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--minutes", type=float, default=15.0,
+                        help="tuning wall time per model (default 15)")
+    parser.add_argument("--step-trials", type=int, default=64,
+                        help="trials added per tune call (default 64)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--number", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-root", default="/tmp/quantfuse-cpu-vs-peers")
+    args = parser.parse_args()
+    for name in [m for m in args.models.split(",") if m]:  # --models '': only render
+        result = bench_model(name, args)
+        print(model_table(result), flush=True)
+        save_result(RESULTS, f"{result['host_class']}/{name}/{args.image_size}", result)
+    render(load_results(RESULTS))
+    print("wrote docs/BENCHMARKS.md sections cpu_vs_peers_*")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

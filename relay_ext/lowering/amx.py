@@ -1,0 +1,84 @@
+"""AMX (Intel Advanced Matrix Extensions): the kernel's permission, and the guard on targets.
+
+Two things must hold before a process may execute AMX tile instructions:
+
+1. the CPU has them and the OS enables them: ``amx_tile`` and ``amx_int8`` in the ``flags`` of
+   ``/proc/cpuinfo`` (the kernel clears a flag whose register state it does not save);
+2. the process asked the kernel for the tile data state (Linux 5.16+): the AMX register file is
+   8 KiB per thread, so the kernel grants it per process on request,
+   ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``. A process that executes ``ldtilecfg``
+   without it dies with SIGILL (measured 2026-12-01: a TOPI dense built for
+   ``-mcpu=sapphirerapids``, exit 132).
+
+    request_amx_tile_data()       # True when the kernel granted it to this process
+    amx_tile_data_granted()       # True when this process already holds it (asks nothing)
+    amx_features("llvm -mcpu=sapphirerapids")  # ['amx-bf16', 'amx-int8', 'amx-tile', ...]
+    without_amx(Target("llvm -mcpu=sapphirerapids -num-cores 2"))  # llvm -mcpu=cascadelake ...
+
+quantfuse has no working AMX code yet (TVM 0.19's TOPI AMX dense fails to build or crashes here,
+MetaSchedule has no AMX intrinsic; see docs/cpu.md), so every llvm target quantfuse takes whose
+code LLVM would allow AMX instructions in (decided from LLVM's feature set of its ``-mcpu`` and
+``-mattr``, not from a list of CPU names) is **mapped** to the best non-AMX ``-mcpu`` its own
+features cover (:func:`without_amx`, called by
+:func:`relay_ext.lowering.targets.normalize_target`), with one warning line. AMX code thus never
+reaches a process, whether or not the host or the process could run it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import platform
+from typing import Iterable, Optional
+
+# The guard on targets lives with the other target checks (imported here for the docs' names).
+from .targets import amx_features, host_cpu_flags, short_text, without_amx  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+# linux/arch/x86/include/uapi/asm/prctl.h and asm/fpu/xstate.h
+SYS_ARCH_PRCTL_X86_64 = 158
+ARCH_GET_XCOMP_PERM = 0x1022
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
+
+# The cpuinfo flags that AMX int8 code needs the OS to enable.
+AMX_INT8_FLAGS = ("amx_tile", "amx_int8")
+
+
+def _arch_prctl(code: int, arg) -> Optional[int]:
+    """The raw ``arch_prctl`` system call (glibc has no wrapper); None off Linux x86-64."""
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+    return int(syscall(ctypes.c_long(SYS_ARCH_PRCTL_X86_64), ctypes.c_long(code), arg))
+
+
+def amx_tile_data_granted() -> bool:
+    """Whether this process holds the kernel's permission for AMX tile data (asks for nothing)."""
+    permitted = ctypes.c_uint64(0)
+    result = _arch_prctl(ARCH_GET_XCOMP_PERM, ctypes.byref(permitted))
+    return result == 0 and bool(permitted.value & (1 << XFEATURE_XTILEDATA))
+
+
+def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
+    """Ask the kernel for AMX tile data in this process; True when it is granted (now or before).
+
+    False without asking where the OS does not enable AMX int8 (``flags``, default this host's
+    /proc/cpuinfo flags, lacks :data:`AMX_INT8_FLAGS`), off Linux x86-64, or when the kernel
+    refuses (before 5.16: EINVAL). The permission is per process (threads share it, a forked
+    child inherits it, an exec'd one does not): ask in every process that runs AMX code."""
+    flags = host_cpu_flags() if flags is None else frozenset(flags)
+    if flags is None or not set(AMX_INT8_FLAGS) <= set(flags):
+        return False
+    result = _arch_prctl(ARCH_REQ_XCOMP_PERM, ctypes.c_ulong(XFEATURE_XTILEDATA))
+    if result is None:
+        return False
+    if result != 0:
+        logger.debug("arch_prctl(ARCH_REQ_XCOMP_PERM) refused: errno %d", ctypes.get_errno())
+    return amx_tile_data_granted()

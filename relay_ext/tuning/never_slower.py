@@ -1,0 +1,235 @@
+"""Never slower than TVM's default, task by task: a task whose best record runs slower than TOPI's
+default schedule of the same task is compiled with the default.
+
+    kept = never_slower_records(database, mod, params, target, variant)
+    kept.database      # the records, less those slower than their task's default
+    kept.comparisons   # one TaskVsDefault per task that had a record: both times, the choice
+    lib = ms.relay_integration.compile_relay(kept.database, mod, target, params, ...)
+
+How a task is measured: its Relay function (the fused primitive function that MetaSchedule's
+task extraction lowered to the task's TIR) becomes a module of its own, built twice under the
+same pass configuration as the model -- once with ``database`` (MetaSchedule applies the task's
+record, as in the model's build) and once without it (``relay.build``: TOPI's default schedule,
+as in TVM's untuned build) -- and both are timed in the same process and thread, in interleaved
+rounds of ``time_evaluator`` on the same random inputs: the median of each. A record is dropped
+when its median is more than :data:`MARGIN` above the default's (a margin, so that timing noise
+on a busy machine does not flip a tie). Records measured during tuning are not compared with
+anything: MetaSchedule's runner timed them in other processes, under other load.
+
+Cost: two builds of one fused function per task with a record (0.2-0.5 s each on the 2-core
+host, 2026-12-01) and a few milliseconds of timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import tvm
+from tvm import meta_schedule as ms
+from tvm import relay
+from tvm.target import Target
+
+from ..lowering.config import BUILD_OPTIONS, pass_config
+from .skip_measured_search import workload_hash
+
+logger = logging.getLogger(__name__)
+
+# A record is dropped when its median time is above (1 + MARGIN) x the default's median.
+MARGIN = 0.05
+ROUNDS = 5
+MIN_ROUND_MS = 10  # each time_evaluator round runs at least this long (repeats the kernel)
+
+
+@dataclasses.dataclass
+class TaskVsDefault:
+    """One task's best record against TOPI's default schedule, both timed here."""
+
+    task: str
+    record_ms: float
+    default_ms: float
+    weight: int = 1  # how many times the model calls the task's function
+
+    @property
+    def uses_default(self) -> bool:
+        """The record is slower than the default (by more than :data:`MARGIN`): dropped."""
+        return self.record_ms > (1.0 + MARGIN) * self.default_ms
+
+    def __str__(self) -> str:
+        verdict = "TVM's default schedule used" if self.uses_default else "record kept"
+        return (f"{self.task}: best record {self.record_ms:.4f} ms, TVM's default "
+                f"{self.default_ms:.4f} ms ({verdict})")
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"task": self.task, "record_ms": self.record_ms, "default_ms": self.default_ms,
+                "weight": self.weight, "uses_default": self.uses_default}
+
+
+@dataclasses.dataclass
+class NeverSlower:
+    """The database to compile with, and every comparison made to choose it."""
+
+    database: ms.Database
+    comparisons: List[TaskVsDefault]
+
+    @property
+    def defaults(self) -> List[TaskVsDefault]:
+        """The tasks compiled with TVM's default schedule because their record was slower."""
+        return [c for c in self.comparisons if c.uses_default]
+
+
+def task_function_module(task: ms.ExtractedTask) -> tvm.IRModule:
+    """The task's fused Relay function as a module of its own (``main``, no Primitive mark, so
+    that Relay fuses and lowers it as it does inside the model). Its parameters are renamed
+    ``arg0``, ``arg1`` ...: the fused function's own ``p0``, ``p1`` ... are the names Relay's
+    build gives the constants it binds, and would collide with them."""
+    (_, func), = task.mod.functions.items()
+    args = [relay.var(f"arg{i}", type_annotation=param.checked_type)
+            for i, param in enumerate(func.params)]
+    body = relay.bind(func.body, dict(zip(func.params, args)))
+    return tvm.transform.Sequential([relay.transform.InferType()])(
+        tvm.IRModule.from_expr(relay.Function(args, body, func.ret_type, func.type_params)))
+
+
+def weight_params(func: relay.Function) -> List[str]:
+    """The parameters of ``func`` that are the weights of its convolutions and dense layers (the
+    second argument of an op whose name has ``conv`` or ``dense`` or ``matmul``): constants in
+    the model, bound as constants here too, so that MetaSchedule's weight layout rewrite is
+    folded at build time as it is in the model's build, not timed as a kernel of its own."""
+    params = {param: param.name_hint for param in func.params}
+    names: List[str] = []
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and len(node.args) > 1:
+            if any(key in node.op.name for key in ("conv", "dense", "matmul")):
+                weight = node.args[1]
+                if isinstance(weight, relay.Var) and weight in params and \
+                        params[weight] not in names:
+                    names.append(params[weight])
+
+    relay.analysis.post_order_visit(func.body, visit)
+    return names
+
+
+def random_inputs(func: relay.Function, seed: int = 0) -> Dict[str, np.ndarray]:
+    """Random values for ``func``'s parameters (integers in [-128, 127] within their type's range,
+    floats in [-1, 1))."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for param in func.params:
+        ty = param.checked_type
+        shape, dtype = [int(d) for d in ty.shape], str(ty.dtype)
+        if dtype.startswith(("int", "uint")):
+            info = np.iinfo(dtype)
+            low, high = max(int(info.min), -128), min(int(info.max), 127)
+            inputs[param.name_hint] = rng.integers(low, high + 1, size=shape).astype(dtype)
+        else:
+            inputs[param.name_hint] = rng.uniform(-1, 1, size=shape).astype(dtype)
+    return inputs
+
+
+def _timer(lib, inputs: Mapping[str, np.ndarray], device):
+    from tvm.contrib import graph_executor  # pylint: disable=import-outside-toplevel
+
+    module = graph_executor.GraphModule(lib["default"](device))
+    for name, value in inputs.items():
+        module.set_input(name, value)
+    module.run()
+    evaluator = module.module.time_evaluator("run", device, number=1, repeat=1,
+                                             min_repeat_ms=MIN_ROUND_MS)
+    return lambda: float(evaluator().results[0])
+
+
+def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, variant: str,
+              rounds: int = ROUNDS) -> TaskVsDefault:
+    """The task's function built with ``database`` and with TOPI's default schedule, timed in
+    ``rounds`` interleaved rounds here (see the module doc)."""
+    mod = task_function_module(task)
+    values = random_inputs(mod["main"])
+    weights = weight_params(mod["main"])
+    constants = {name: tvm.nd.array(values[name]) for name in weights}
+    inputs = {name: value for name, value in values.items() if name not in weights}
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        default_lib = relay.build(mod, target, params=constants)
+    record_lib = ms.relay_integration.compile_relay(database, mod, target, constants,
+                                                    pass_config=pass_config(variant))
+    device = tvm.cpu()
+    timers = {"record": _timer(record_lib, inputs, device),
+              "default": _timer(default_lib, inputs, device)}
+    samples: Dict[str, List[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer())
+    return TaskVsDefault(task.task_name, 1e3 * statistics.median(samples["record"]),
+                         1e3 * statistics.median(samples["default"]), int(task.weight))
+
+
+def never_slower_records(database: ms.Database, mod: tvm.IRModule,
+                         params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
+                         variant: str, tasks: Optional[Sequence[ms.ExtractedTask]] = None,
+                         rounds: int = ROUNDS) -> NeverSlower:
+    """``database`` (one record per workload, as
+    :func:`relay_ext.tuning.compilable_records.compilable_records` chooses) less the records
+    that run slower than TOPI's default schedule of their task (``target`` and ``variant``
+    already checked). ``tasks``: the model's extracted tasks, when the caller has them."""
+    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+
+    if tasks is None:
+        tasks = lowered_tasks(mod, params, target, variant)
+    comparisons: List[TaskVsDefault] = []
+    dropped = set()
+    for task in tasks:
+        workload = task.dispatched[0]
+        if not database.has_workload(workload):
+            continue
+        if not database.get_top_k(database.commit_workload(workload), 1):
+            continue
+        try:
+            comparison = time_task(task, database, target, variant, rounds)
+        except Exception as error:  # pylint: disable=broad-except - the record is kept
+            logger.warning("could not time %s against TVM's default schedule (%s); keeping its "
+                           "record", task.task_name,
+                           (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
+            continue
+        comparisons.append(comparison)
+        logger.info("%s", comparison)
+        if comparison.uses_default:
+            dropped.add(workload_hash(workload))
+    if not dropped:
+        return NeverSlower(database, comparisons)
+    kept = ms.database.MemoryDatabase()
+    for record in database.get_all_tuning_records():
+        if workload_hash(record.workload.mod) in dropped:
+            continue
+        kept.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
+            record.target, record.args_info))
+    for comparison in comparisons:
+        if comparison.uses_default:
+            logger.info("compiling with TVM's default schedule: %s", comparison)
+    return NeverSlower(kept, comparisons)
+
+
+def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
+                         params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
+                         variant: str, rounds: int = ROUNDS,
+                         tasks: Optional[Sequence[ms.ExtractedTask]] = None):
+    """:func:`relay_ext.tuning.build.build_with_records` under the never-slower rule: each
+    workload's fastest buildable record, less those slower than their task's default schedule
+    (timed on the calling thread: call it where TVM's thread pool has the threads the model
+    will run with); ``tasks``: the model's extracted tasks, when the caller has them. Returns
+    (the graph executor factory, the :class:`NeverSlower`)."""
+    from meta_rules.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
+
+    from .build import copy_module  # pylint: disable=import-outside-toplevel
+    from .compilable_records import compilable_records  # pylint: disable=C0415
+
+    register_tensor_intrinsics(target)
+    chosen = compilable_records(database)
+    kept = never_slower_records(chosen.database, mod, params, target, variant, tasks, rounds)
+    lib = ms.relay_integration.compile_relay(kept.database, copy_module(mod), target, params,
+                                             pass_config=pass_config(variant))
+    return lib, kept

@@ -1,0 +1,119 @@
+"""Issue 18: ``--target host``, the AMX guard (no AMX code ever compiled, the kernel's tile-data
+permission) and the VNNI/AMX decisions over the flag sets of each host class."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
+from tvm.target import codegen
+
+from relay_ext import cli
+from relay_ext.lowering import amx, targets
+from helpers import one_error_line
+from test_targets import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
+
+# An Intel Sapphire Rapids class host whose OS enables AMX (the session's host, 2026-12-01).
+AMX_SERVER = VNNI_SERVER | {"avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16"}
+AMX_MCPUS = ["sapphirerapids", "graniterapids"]
+
+
+@pytest.mark.parametrize("flags, mcpu", [
+    (AMX_SERVER, "cascadelake"),  # AMX enabled, but quantfuse compiles no AMX code (yet)
+    (VNNI_SERVER, "cascadelake"),
+    (SKYLAKE_SERVER, "skylake-avx512"),
+    (AMD_AVX2_VM, "core-avx2"),
+])
+def test_the_host_target_never_uses_amx_and_uses_vnni_only_where_enabled(flags, mcpu):
+    target = targets.host_llvm_target(2, flags=flags)
+    assert target.attrs.get("mcpu") == mcpu
+    assert amx.amx_features(target) == []
+    targets.check_runs_here(target, flags)  # runs on the host class it was chosen for
+    vnni = "avx512vnni" in {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    assert vnni == ("avx512_vnni" in flags)
+
+
+@pytest.mark.parametrize("mcpu", AMX_MCPUS)
+def test_an_amx_mcpu_is_mapped_to_the_best_target_without_amx(mcpu, caplog):
+    # decided by LLVM's feature set of the -mcpu: these have amx-int8 and amx-tile
+    assert {"amx-int8", "amx-tile"} <= set(amx.amx_features(f"llvm -mcpu={mcpu}"))
+    with caplog.at_level("WARNING"):
+        mapped = targets.normalize_target(f"llvm -mcpu={mcpu} -num-cores 3")
+    assert mapped.attrs["mcpu"] == "cascadelake" and int(mapped.attrs["num-cores"]) == 3
+    assert amx.amx_features(mapped) == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "no working AMX code" in warnings[0], warnings
+    assert "llvm -mcpu=cascadelake -num-cores 3" in warnings[0]
+
+
+def test_amx_in_mattr_is_dropped_and_the_rest_kept():
+    mapped = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8,+avx512f")
+    assert mapped.attrs["mcpu"] == "cascadelake"
+    assert [str(a) for a in mapped.attrs["mattr"]] == ["+avx512f"]
+    assert amx.amx_features(mapped) == []
+    plain = targets.normalize_target("llvm -mcpu=core-avx2 -num-cores 2")
+    assert plain.attrs["mcpu"] == "core-avx2" and "mattr" not in plain.attrs  # no AMX: unchanged
+
+
+def test_a_mapped_amx_target_still_needs_its_vnni_on_the_host():
+    mapped = targets.normalize_target("llvm -mcpu=sapphirerapids -num-cores 2")
+    targets.check_runs_here(mapped, AMX_SERVER)
+    targets.check_runs_here(mapped, VNNI_SERVER)
+    for flags in (SKYLAKE_SERVER, AMD_AVX2_VM):
+        with pytest.raises(targets.TargetNotRunnable, match="avx512vnni"):
+            targets.check_runs_here(mapped, flags)
+
+
+def test_amx_tile_data_is_not_asked_for_where_the_os_does_not_enable_amx():
+    for flags in (VNNI_SERVER, SKYLAKE_SERVER, AMD_AVX2_VM, frozenset({"amx_tile"})):
+        assert amx.request_amx_tile_data(flags) is False
+
+
+def test_the_kernel_grants_amx_tile_data_where_the_os_enables_amx():
+    """In a child process (the permission is per process): not held before asking; held after
+    asking exactly where this host's flags have AMX int8 and the kernel is 5.16 or newer."""
+    flags = targets.host_cpu_flags()
+    if flags is None or platform.machine() != "x86_64":
+        pytest.skip("not a Linux x86-64 host")
+    code = ("from relay_ext.lowering import amx; "
+            "print(amx.amx_tile_data_granted(), amx.request_amx_tile_data(), "
+            "amx.amx_tile_data_granted())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
+    expected = set(amx.AMX_INT8_FLAGS) <= flags and release >= (5, 16)
+    assert out == ["False", str(expected), str(expected)], out
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+TINY = ["--model", "tiny_resnet", "--image-size", "16"]
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_target_host_prints_the_resolved_target(command, tmp_path, capsys):
+    # cheap: stopped by bad input (a work dir with no database / a file as work dir) right after
+    (tmp_path / "file").write_text("")
+    work_dir = tmp_path / ("file" if command == "tune" else "empty")
+    work_dir.mkdir(exist_ok=True) if command == "bench" else None
+    args = [command, *TINY, "--target", "host", "--work-dir", str(work_dir)]
+    assert cli.main(args + (["--trials", "2"] if command == "tune" else [])) == cli.EXIT_BAD_INPUT
+    out = capsys.readouterr().out
+    assert f"--target host: {amx.short_text(targets.host_llvm_target())}" in out, out
+
+
+def test_the_api_takes_host():
+    assert str(targets.normalize_target("host")) == str(targets.host_llvm_target())
+    assert str(targets.normalize_target(" HOST ")) == str(targets.host_llvm_target())
+
+
+def test_tune_with_an_amx_target_on_a_host_without_vnni_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: AMD_AVX2_VM)
+    assert cli.main(["tune", *TINY, "--target", "llvm -mcpu=sapphirerapids", "--trials", "2",
+                     "--work-dir", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    # the mapping's warning, then the refusal of the mapped target on this AVX2-only host
+    assert len(lines) == 2 and "no working AMX code" in lines[0], err
+    assert lines[1].startswith("quantfuse: error: ") and "avx512vnni" in lines[1], err
+    assert "Traceback" not in err
