@@ -129,25 +129,33 @@ def test_minutes_stops_cleanly_exits_0_and_the_same_command_resumes(tmp_path, ca
                                                                    monkeypatch):
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     work_dir = tmp_path / "work"
+    # 0.6 s: spent before the first batch (the model load and the design spaces take longer), so
+    # each of the 8 tasks gets the one candidate a never-measured task gets after the deadline.
     command = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0",
-               "--minutes", "0.25"]
+               "--minutes", "0.01"]
     assert cli.main(command) == 0
-    err = capsys.readouterr().err
-    assert "time budget of 0.25 minutes is spent" in err and "Traceback" not in err, err
+    out, err = capsys.readouterr()
+    assert "time budget of 0.01 minutes is spent" in err and "Traceback" not in err, err
     kept = len(ms.database.JSONDatabase(work_dir=str(work_dir)))
-    assert kept >= 1 and f"keeps {kept} records" in err
+    assert kept == 8 and f"keeps {kept} records" in err
     summary = json.loads((work_dir / SUMMARY_FILE).read_text())
     assert summary["time_budget_spent"] is True and summary["interrupted"] is False
     assert summary["max_trials"] is None and summary["records"] == kept
-    # The progress lines (one per batch, stderr is not a terminal) show elapsed and left time.
+    assert summary["first_batches_after_deadline"] == 8 and summary["tasks_measured"] == 8, summary
+    assert "8 of 8 tasks have a valid measurement" in out
+    # One progress line per batch (stderr is not a terminal), with the time elapsed and left.
     bars = [line for line in err.splitlines() if line.startswith("[")]
-    assert bars and all(re.search(r"\| \d+:\d\d elapsed, \d+:\d\d left$", b) for b in bars), err
-    assert not re.search(r"trials \d+/", bars[-1])  # no trial total under a time budget alone
+    assert len(bars) == 8, err
+    assert all(re.search(r"\| \d+:\d\d elapsed, 0:00 left$", b) for b in bars), bars
+    assert bars[-1].startswith("[" + "#" * 24 + "] trials 8 |"), bars[-1]  # no trial total
 
+    # The same command again: resumes from the work dir; every task has a record, so once the
+    # budget is spent nothing more is measured, and nothing twice.
     assert cli.main(command) == 0
     out, err = capsys.readouterr()
-    assert f"resuming: {kept} records in {work_dir}" in out
-    assert len(ms.database.JSONDatabase(work_dir=str(work_dir))) > kept
+    assert f"resuming: {kept} records in {work_dir}" in out, out
+    assert "time budget of 0.01 minutes is spent" in err
+    assert len(ms.database.JSONDatabase(work_dir=str(work_dir))) == kept
 
 
 def test_tune_needs_trials_or_minutes_and_a_positive_number_of_minutes(tmp_path, capsys):

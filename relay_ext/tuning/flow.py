@@ -96,7 +96,10 @@ def tune(
     spaces count. When it runs out the tune stops as on Ctrl-C, but returns normally: the batches
     in flight are measured and stored, the summary says ``"time_budget_spent": true``, and a later
     ``tune`` resumes. Under a time budget each task's first batch is at most
-    :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early.
+    :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early; a task
+    without any record that the first round over the tasks reaches after the deadline still gets
+    one candidate measured (``"first_batches_after_deadline"`` counts them), so every task gets a
+    tuned schedule and a resumed tune always makes progress.
     A task whose design space is exhausted ends and leaves its share to the others (the summary's
     ``"ended_early"`` lists them, with the reason).
     """
@@ -185,6 +188,7 @@ def tune(
         summary["records"] = len(database)
         summary["interrupted"] = bool(guard.pressed)
         summary["time_budget_spent"] = bool(budget.time_up)
+        summary["first_batches_after_deadline"] = budget.late_first_batches
         summary["ended_early"] = [{"task": name, "why": why} for name, why in budget.ended_tasks]
         summary["wall_s"] = round(time.monotonic() - start, 1)
         _add_measured(summary, reports, contexts, database)

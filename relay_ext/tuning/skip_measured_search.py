@@ -26,7 +26,10 @@ The optional :class:`TrialBudget` is shared by the tasks of one tune. It does tw
   whole batch of 16 out of a budget of 16;
 * it can carry a wall-clock deadline (``TrialBudget(trials, deadline=time.monotonic() + 60)``):
   once it has passed, no task gets another batch (:attr:`TrialBudget.time_up` says so), exactly as
-  when the trials run out; the batches in flight are finished and stored.
+  when the trials run out; the batches in flight are finished and stored. One exception, so that
+  every task of the model gets a tuned schedule and a resumed tune always progresses: a task
+  with no record at all and no batch yet still gets one candidate measured (while trials are
+  left), as long as the first round over the tasks lasts.
 
 An exhausted task ends (its ``generate_measure_candidates`` returns None, which MetaSchedule's
 task scheduler takes as "this task is finished"), and its share of the budget goes to the tasks
@@ -130,6 +133,8 @@ class TrialBudget:
         self.deadline = deadline
         self.first_batch_cap = first_batch_cap
         self.time_up = False
+        self.left_at_deadline = 0  # trials left when the deadline passed (for first batches)
+        self.late_first_batches = 0  # first batches of one candidate granted after the deadline
         self.ended_tasks: List[Tuple[str, str]] = []  # (task name, why), in the order they ended
 
     def share(self, first_batch: bool) -> int:
@@ -148,9 +153,17 @@ class TrialBudget:
         """True once the deadline has passed; the budget is then spent (``left`` is 0)."""
         if self.deadline is not None and not self.time_up and time.monotonic() >= self.deadline:
             self.time_up = True
-            self.left = 0
+            self.left_at_deadline, self.left = self.left, 0
             logger.info("the time budget is spent: no further batch is handed out")
         return self.time_up
+
+    def take_late_first_batch(self) -> int:
+        """After the deadline: one candidate for a task never measured, while trials are left."""
+        if self.left_at_deadline <= 0:
+            return 0
+        self.left_at_deadline -= 1
+        self.late_first_batches += 1
+        return 1
 
     def retire(self, task_name: str, why: str) -> None:
         """A task ended before the budget did: the tasks still running share what is left."""
@@ -181,6 +194,8 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self._max_trials = 0
         self._per_iter = 0
         self._inner_done = 0  # candidates the inner search was told the results of
+        self._had_records = False  # the database held records of this task when tuning started
+        self._late = False  # this call runs after the deadline, for the task's first batch
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self._mod = context.mod
@@ -195,6 +210,7 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self._max_trials, self._per_iter = int(max_trials), int(num_trials_per_iter)
         if database is not None and self._mod is not None:
             self.known = set(self.records.keys(database, self._mod))
+        self._had_records = bool(self.known)
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -222,7 +238,8 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
     def _grant(self, fresh: List[Tuple[str, ms.MeasureCandidate]]):
         """Cut ``fresh`` to the budget; what is cut off waits for the task's next batch."""
         if self.budget is not None:
-            granted = self.budget.take(len(fresh), first_batch=self.batches == 0)
+            granted = (self.budget.take_late_first_batch() if self._late
+                       else self.budget.take(len(fresh), first_batch=self.batches == 0))
             fresh, self._pending = fresh[:granted], fresh[granted:] + self._pending
         if not fresh:
             return None
@@ -232,7 +249,12 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
     def generate_measure_candidates(self) -> Optional[List[ms.MeasureCandidate]]:
         if self.ended is not None:
             return None
-        if self.budget is not None and (self.budget.out_of_time() or self.budget.left <= 0):
+        self._late = False
+        if self.budget is not None and self.budget.out_of_time():
+            if self.batches or self._had_records or self.budget.left_at_deadline <= 0:
+                return self._end("budget spent")
+            self._late = True  # a task never measured: one candidate, see the module docstring
+        elif self.budget is not None and self.budget.left <= 0:
             return self._end("budget spent")
         if self._pending:  # left over from a batch the budget cut: no new round needed
             pending, self._pending = self._pending, []
