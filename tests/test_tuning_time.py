@@ -197,6 +197,18 @@ def test_progress_line_shows_elapsed_and_remaining_time():
     bar = progress_bar(_snapshot(trials_total=None, elapsed_s=400.0, remaining_s=3600.0))
     assert bar.startswith("[##......................] trials 6 |"), bar
     assert bar.endswith("| 6:40 elapsed, 1:00:00 left"), bar
+    # Reported batches: the first one (after start-up and a round of search over the tasks) has
+    # no estimate; later ones estimate from the rate since the first report.
+    snapshots = []
+    reporting = TuningProgress(total_trials=8, done_before=0, tasks=["a", "b"], weights=[1.0, 1.0],
+                               started=0.0, report=snapshots.append)
+    built = [ms.builder.BuilderResult("x.so", None)] * 2
+    ran = [ms.runner.RunnerResult([1e-4], None)] * 2
+    for task_id in (0, 1):
+        reporting.apply(ms.task_scheduler.RoundRobin(), task_id, [], built, ran)
+    assert snapshots[0].remaining_s is None and snapshots[0].elapsed_s > 0
+    assert snapshots[1].remaining_estimated and snapshots[1].remaining_s >= 0
+    assert snapshots[1].estimated_latency_s == pytest.approx(2e-4)
     # Without times the line is what it was.
     assert describe(_snapshot()) == "trials 6/24 | tasks 2/8 measured | est. latency -"
 

@@ -19,7 +19,7 @@ import logging
 import math
 import statistics
 import time
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
@@ -74,6 +74,9 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
         self.trials_done = self.done_before = int(done_before)
         self.started = started  # time.monotonic() when the tune started
         self.deadline = deadline  # time.monotonic() when its time budget runs out
+        # (time, trials done) of the first report: the trial rate is measured from there, as the
+        # first batches come only after start-up and a whole round of the search over the tasks
+        self._origin: Optional[Tuple[float, int]] = None
         self.tasks = list(tasks)
         self.weights = [float(w) for w in weights]
         self.best: Dict[int, float] = dict(best_before or {})
@@ -89,7 +92,10 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
             elif secs < self.best.get(int(task_id), math.inf):
                 self.best[int(task_id)] = secs
         self.trials_done += len(runner_results)
-        elapsed, remaining, estimated = self.times()
+        now = time.monotonic()
+        if self._origin is None:
+            self._origin = (now, self.trials_done)
+        elapsed, remaining, estimated = self.times(now)
         snapshot = ProgressSnapshot(
             trials_done=self.trials_done, trials_total=self.total_trials,
             tasks_measured=len(self.best), tasks_total=len(self.tasks),
@@ -101,7 +107,8 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
 
     def times(self, now: Optional[float] = None):
         """(elapsed, remaining, remaining is an estimate) in seconds; None where unknown. Without
-        a deadline the time left is this run's time per trial x the trials left."""
+        a deadline the time left is this run's time per trial since its first report x the trials
+        left (unknown at the first report)."""
         if self.started is None:
             return None, None, False
         now = time.monotonic() if now is None else now
@@ -112,10 +119,11 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
                 return elapsed, left, False
         else:
             left = None
-        done_here = self.trials_done - self.done_before
+        since, done_then = self._origin or (self.started, self.done_before)
+        done_here = self.trials_done - done_then
         if self.total_trials is None or done_here <= 0:
             return elapsed, left, False
-        by_rate = elapsed / done_here * max(0, self.total_trials - self.trials_done)
+        by_rate = max(0.0, now - since) / done_here * max(0, self.total_trials - self.trials_done)
         if left is not None and left <= by_rate:
             return elapsed, left, False  # the deadline comes first
         return elapsed, by_rate, True
