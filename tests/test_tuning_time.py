@@ -13,7 +13,7 @@ from tvm import meta_schedule as ms
 import meta_rules
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
-from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
+from relay_ext.tuning import SUMMARY_FILE, extract_tasks, flow, tune
 from relay_ext.tuning.progress import ProgressSnapshot, TuningProgress, describe, progress_bar
 from relay_ext.tuning.search_sizing import SIZED_DEFAULTS, default_search
 from relay_ext.tuning.skip_measured_search import (
@@ -123,14 +123,21 @@ def test_trial_budget_retire_and_deadline():
     budget.deadline = 0.0  # long past
     assert budget.out_of_time() and budget.time_up and budget.left == 0
     assert budget.take(4) == 0
+    # After the deadline a never-measured task gets one candidate, until late_until.
+    assert budget.left_at_deadline == 11 and budget.late_first_batch_allowed()
+    assert budget.take_late_first_batch() == 1 and budget.late_first_batches == 1
+    budget.late_until = 0.0  # long past too
+    assert not budget.late_first_batch_allowed() and budget.take_late_first_batch() == 0
 
 
 def test_minutes_stops_cleanly_exits_0_and_the_same_command_resumes(tmp_path, capsys,
                                                                    monkeypatch):
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)
-    work_dir = tmp_path / "work"
     # 0.6 s: spent before the first batch (the model load and the design spaces take longer), so
-    # each of the 8 tasks gets the one candidate a never-measured task gets after the deadline.
+    # each of the 8 tasks gets the one candidate a never-measured task gets after the deadline
+    # (for as long as the first round takes: by default only for a third of the budget).
+    monkeypatch.setattr(flow, "LATE_FIRST_BATCHES_FRACTION", 1e6)
+    work_dir = tmp_path / "work"
     command = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0",
                "--minutes", "0.01"]
     assert cli.main(command) == 0

@@ -36,6 +36,9 @@ RunnerLike = Union[str, ms.runner.Runner]
 NO_TRIAL_LIMIT = 1_000_000
 # Under a time budget, a task's first batch takes at most this many candidates.
 FIRST_BATCH_UNDER_TIME_BUDGET = 2
+# After the deadline, tasks never measured still get one candidate each for this fraction of the
+# time budget (``--minutes 3``: until 4 minutes), so that every task gets a tuned schedule.
+LATE_FIRST_BATCHES_FRACTION = 1 / 3
 
 
 def make_runner(runner: RunnerLike) -> ms.runner.Runner:
@@ -98,8 +101,9 @@ def tune(
     ``tune`` resumes. Under a time budget each task's first batch is at most
     :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early; a task
     without any record that the first round over the tasks reaches after the deadline still gets
-    one candidate measured (``"first_batches_after_deadline"`` counts them), so every task gets a
-    tuned schedule and a resumed tune always makes progress.
+    one candidate measured (``"first_batches_after_deadline"`` counts them), for at most
+    :data:`LATE_FIRST_BATCHES_FRACTION` of the budget past the deadline, so every task gets a
+    tuned schedule where the machine allows.
     A task whose design space is exhausted ends and leaves its share to the others (the summary's
     ``"ended_early"`` lists them, with the reason).
     """
@@ -132,6 +136,7 @@ def tune(
     if max_minutes is not None:
         budget.deadline = start + 60.0 * float(max_minutes)
         budget.first_batch_cap = FIRST_BATCH_UNDER_TIME_BUDGET
+        budget.late_until = budget.deadline + LATE_FIRST_BATCHES_FRACTION * 60.0 * float(max_minutes)
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
                                                num_tuning_cores=num_tuning_cores,
                                                strategy=strategy, budget=budget,

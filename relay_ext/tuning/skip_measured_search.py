@@ -29,7 +29,7 @@ The optional :class:`TrialBudget` is shared by the tasks of one tune. It does tw
   when the trials run out; the batches in flight are finished and stored. One exception, so that
   every task of the model gets a tuned schedule and a resumed tune always progresses: a task
   with no record at all and no batch yet still gets one candidate measured (while trials are
-  left), as long as the first round over the tasks lasts.
+  left), in the first round over the tasks and until ``late_until`` (a bound on the overrun).
 
 An exhausted task ends (its ``generate_measure_candidates`` returns None, which MetaSchedule's
 task scheduler takes as "this task is finished"), and its share of the budget goes to the tasks
@@ -135,6 +135,7 @@ class TrialBudget:
         self.time_up = False
         self.left_at_deadline = 0  # trials left when the deadline passed (for first batches)
         self.late_first_batches = 0  # first batches of one candidate granted after the deadline
+        self.late_until: Optional[float] = None  # no such batch after this time.monotonic()
         self.ended_tasks: List[Tuple[str, str]] = []  # (task name, why), in the order they ended
 
     def share(self, first_batch: bool) -> int:
@@ -159,11 +160,15 @@ class TrialBudget:
 
     def take_late_first_batch(self) -> int:
         """After the deadline: one candidate for a task never measured, while trials are left."""
-        if self.left_at_deadline <= 0:
+        if not self.late_first_batch_allowed():
             return 0
         self.left_at_deadline -= 1
         self.late_first_batches += 1
         return 1
+
+    def late_first_batch_allowed(self) -> bool:
+        return self.left_at_deadline > 0 and (
+            self.late_until is None or time.monotonic() < self.late_until)
 
     def retire(self, task_name: str, why: str) -> None:
         """A task ended before the budget did: the tasks still running share what is left."""
@@ -251,7 +256,7 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
             return None
         self._late = False
         if self.budget is not None and self.budget.out_of_time():
-            if self.batches or self._had_records or self.budget.left_at_deadline <= 0:
+            if self.batches or self._had_records or not self.budget.late_first_batch_allowed():
                 return self._end("budget spent")
             self._late = True  # a task never measured: one candidate, see the module docstring
         elif self.budget is not None and self.budget.left <= 0:
