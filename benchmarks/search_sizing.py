@@ -133,7 +133,8 @@ def main() -> None:
     table = markdown_table(
         ["model", "target", "minutes", "search", "trials", "s / trial", "latency (ms)", "date"],
         [[f"{r['model']} {r['image_size']}", r["target"], f"{r['minutes']:g}", r["setting"],
-          r["trials"], f"{r['s_per_trial']:.2f}", f"{r['latency_ms']:.3f}", r["date"]]
+          r["trials"], f"{r['s_per_trial']:.2f}" if r["trials"] else "-",
+          f"{r['latency_ms']:.3f}", r["date"]]
          for r in rows])
     write_section(SECTION, "Tuning time: latency reached after M minutes, by search setting",
                   "`tvm`: MetaSchedule 0.19's EvolutionarySearch defaults (population 512, 4 "
@@ -141,7 +142,8 @@ def main() -> None:
                   "search_sizing.py). One tune per setting with a time budget of the largest "
                   "M (start-up included); its database is copied at the first batch after each M "
                   "and compiled afterwards. s / trial: wall time per measured trial up to that "
-                  "copy.\n\n" + table)
+                  "copy (- where nothing was measured: the latency is then that of TVM's default "
+                  "schedules).\n\n" + table)
 
 
 if __name__ == "__main__":
