@@ -96,6 +96,10 @@ class ResilientPostOrderApply(PySpaceGenerator):
         self._task_name = "task"
         # (rand_state, indices of the rules kept) that generated successfully last time
         self._config = _config
+        # (module, its design spaces) of the last success: MetaSchedule's task scheduler generates
+        # the spaces of a task again when tuning starts, after the tuning flow generated them to
+        # check the task; for the same module object (and config) the result is the same.
+        self._last: Optional[Tuple[tvm.IRModule, List[Schedule]]] = None
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self._target = context.target
@@ -122,6 +126,13 @@ class ResilientPostOrderApply(PySpaceGenerator):
     def generate_design_space(self, mod: tvm.IRModule) -> List[Schedule]:
         if self._target is None:
             raise ValueError("ResilientPostOrderApply used before initialisation with a TuneContext")
+        if self._last is not None and self._last[0].same_as(mod):
+            return list(self._last[1])
+        spaces = self._generate_anew(mod)
+        self._last = (mod, list(spaces))
+        return spaces
+
+    def _generate_anew(self, mod: tvm.IRModule) -> List[Schedule]:
         if self._config is not None:
             try:
                 return self._generate(mod, *self._config)

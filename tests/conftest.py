@@ -32,6 +32,7 @@ SLOW_FILES_FIRST = [
     "test_models.py",  # ~60 s
     "test_cli_bench.py",  # ~50 s (+ bench --json under the never-slower rule)
     "test_never_slower.py",  # ~30 s quiet (81 s on the shared host, load 10): extraction, builds
+    "test_tuning_time.py",  # issue 19: two CLI tunes of tiny_resnet under --minutes, one small tune
     "test_cli_rpc.py",  # ~30 s
 ]
 

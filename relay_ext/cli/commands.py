@@ -26,7 +26,9 @@ from .progress import ProgressPrinter
 
 def search_strategy():
     """MetaSchedule's search strategy for ``quantfuse tune`` (tests replace it by a small one)."""
-    return "evolutionary"
+    from relay_ext.tuning.search_sizing import default_search
+
+    return default_search()
 
 
 def cmd_models(args) -> int:  # pylint: disable=unused-argument
@@ -86,9 +88,14 @@ def measured_line(summary: dict) -> str:
 
 
 def cmd_tune(args) -> int:
+    import time
+
     from relay_ext.tuning import read_tuning_summary, tune
     from relay_ext.tuning.work_dir import repair_database
 
+    started = time.monotonic()  # --minutes counts from here: loading the model is part of it
+    if args.trials is None and args.minutes is None:
+        raise BadInput("tune needs a budget: --trials N, --minutes M or both")
     check_model(args)
     run = run_description(args, resolve_target(args.target, args.variant))
     if args.rpc is None:  # with --rpc the target describes the remote devices
@@ -97,8 +104,8 @@ def cmd_tune(args) -> int:
     work_dir = writable_dir(args.work_dir)
     before = work_dir_checked(repair_database, work_dir)
     work_dir_checked(run.check_same_run, work_dir)
-    remaining = args.trials - before["records"]
-    if remaining <= 0:
+    remaining = None if args.trials is None else args.trials - before["records"]
+    if remaining is not None and remaining <= 0:
         print(f"{work_dir} already holds {before['records']} records (--trials {args.trials}); "
               "nothing to do. Raise --trials to tune further.")
         return 0
@@ -106,13 +113,17 @@ def cmd_tune(args) -> int:
     warn_if_generic_llvm(args.target, run.target)
     run.write(work_dir)
     if before["records"]:
-        print(f"resuming: {before['records']} records in {work_dir}, {remaining} trials to go")
+        to_go = "" if remaining is None else f", {remaining} trials to go"
+        print(f"resuming: {before['records']} records in {work_dir}{to_go}")
+    minutes = None
+    if args.minutes is not None:  # what is left of it after the checks and the model load
+        minutes = max(1e-3, args.minutes - (time.monotonic() - started) / 60)
     bar = ProgressPrinter(sys.stderr)
     try:
         database = tune(loaded.mod, loaded.params, run.target, work_dir, max_trials=remaining,
-                        variant=run.variant, num_trials_per_iter=min(16, remaining),
+                        variant=run.variant, num_trials_per_iter=min(16, remaining or 16),
                         seed=args.seed, strategy=search_strategy(), runner=runner,
-                        progress=bar.show)
+                        progress=bar.show, max_minutes=minutes)
     except KeyboardInterrupt:
         bar.close()
         kept = repair_database(work_dir)["records"]
@@ -120,8 +131,13 @@ def cmd_tune(args) -> int:
               "loadable); run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     bar.close()
+    summary = read_tuning_summary(work_dir)
+    if summary.get("time_budget_spent"):
+        print(f"quantfuse: the time budget of {args.minutes:g} minutes is spent; {work_dir} keeps "
+              f"{len(database)} records (the database is loadable); run the same command again "
+              "to tune further", file=sys.stderr)
     print(f"tuned {loaded.name} on {run.target} ({run.variant}): {len(database)} records in "
-          f"{work_dir} (was {before['records']}); {measured_line(read_tuning_summary(work_dir))}")
+          f"{work_dir} (was {before['records']}); {measured_line(summary)}")
     return 0
 
 

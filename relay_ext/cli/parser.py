@@ -11,6 +11,7 @@ the command line of quantfuse:
     quantfuse models                                   # the built-in quantized models
     quantfuse fusion --model resnet50 --target nvidia/nvidia-a100 [--json] [--out report.md]
     quantfuse tune --model resnet18 --target 'llvm -mcpu=core-avx2' --trials 200 --work-dir w
+    quantfuse tune ... --minutes 15      # a wall-clock budget, alone or with --trials
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch, ONNX Runtime
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
@@ -33,6 +34,16 @@ class Parser(argparse.ArgumentParser):
 
 
 # --- arguments ----------------------------------------------------------------------------------
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -60,7 +71,9 @@ COMMANDS = {
              "budget of the work dir, spread over the tasks: running the same command again "
              "continues from the records it holds and never measures a recorded candidate again. "
              "Ctrl-C finishes the candidates in flight, keeps every record and exits 130 (twice: "
-             "stop at once). A half-written last line (a killed run) is set aside in "
+             "stop at once). --minutes M stops the same way once M minutes have passed, and "
+             "exits 0; run the same command again to tune M more minutes. A task whose design "
+             "space is exhausted ends early and leaves its trials to the others. A half-written last line (a killed run) is set aside in "
              "<file>.broken-<time> with a warning."),
     "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime int8",
               "Compile the model with the work dir's tuned database, check its output against "
@@ -122,8 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     fusion.add_argument("--json", action="store_true", help="print the report as JSON")
     fusion.add_argument("--out", help="also write the report as a Markdown table to this file")
     tune = command("tune", model)
-    tune.add_argument("--trials", type=positive_int, required=True,
-                      help="total number of measured candidates for the work dir")
+    tune.add_argument("--trials", type=positive_int, default=None,
+                      help="total number of measured candidates for the work dir (--trials, "
+                           "--minutes or both)")
+    tune.add_argument("--minutes", type=positive_float, default=None,
+                      help="wall-clock budget of this run in minutes, start-up included; when "
+                           "it runs out the batches in flight are stored and tune exits 0")
     tune.add_argument("--work-dir", required=True, help="directory of the tuning database")
     tune.add_argument("--variant", default="ours", help="rule set: ours (default), upstream, legacy")
     tune.add_argument("--seed", type=int, default=None, help="random seed of the search")

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -31,6 +32,14 @@ logger = logging.getLogger(__name__)
 
 RunnerLike = Union[str, ms.runner.Runner]
 
+# The trial budget of a tune limited by time alone (MetaSchedule wants a number).
+NO_TRIAL_LIMIT = 1_000_000
+# Under a time budget, a task's first batch takes at most this many candidates.
+FIRST_BATCH_UNDER_TIME_BUDGET = 2
+# After the deadline, tasks never measured still get one candidate each for this fraction of the
+# time budget (``--minutes 3``: until 4 minutes), so that every task gets a tuned schedule.
+LATE_FIRST_BATCHES_FRACTION = 1 / 3
+
 
 def make_runner(runner: RunnerLike) -> ms.runner.Runner:
     if isinstance(runner, ms.runner.Runner):
@@ -46,7 +55,7 @@ def tune(
     params: Optional[Mapping[str, tvm.nd.NDArray]],
     target: TargetLike,
     work_dir: Union[str, os.PathLike],
-    max_trials: int,
+    max_trials: Optional[int] = None,
     variant: str = "ours",
     runner: RunnerLike = "local",
     num_trials_per_iter: int = 16,
@@ -56,6 +65,7 @@ def tune(
     strategy: StrategyLike = "evolutionary",
     progress: Optional[Callable[[ProgressSnapshot], None]] = None,
     num_tuning_cores: Union[str, int] = "physical",
+    max_minutes: Optional[float] = None,
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
     records go to MetaSchedule's JSON database in ``work_dir``.
@@ -83,10 +93,29 @@ def tune(
     (``num_tuning_cores=1`` avoids that), once the cost model is trained or the task scheduler
     leaves its first round over the tasks measured run times steer the search, and even with one
     thread two tunes of tiny_resnet drew the same candidates for only 5 of 8 workloads.
+
+    ``max_minutes``: a wall-clock budget for this call, alone or with ``max_trials`` (at least one
+    of them is needed). Its clock starts when ``tune`` is called, so task extraction and design
+    spaces count. When it runs out the tune stops as on Ctrl-C, but returns normally: the batches
+    in flight are measured and stored, the summary says ``"time_budget_spent": true``, and a later
+    ``tune`` resumes. Under a time budget each task's first batch is at most
+    :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early; a task
+    without any record that the first round over the tasks reaches after the deadline still gets
+    one candidate measured (``"first_batches_after_deadline"`` counts them), for at most
+    :data:`LATE_FIRST_BATCHES_FRACTION` of the budget past the deadline, so every task gets a
+    tuned schedule where the machine allows.
+    A task whose design space is exhausted ends and leaves its share to the others (the summary's
+    ``"ended_early"`` lists them, with the reason).
     """
     check_variant(variant)
-    if int(max_trials) <= 0:
+    start = time.monotonic()
+    if max_trials is None and max_minutes is None:
+        raise ValueError("tune needs max_trials, max_minutes or both")
+    if max_minutes is not None and not float(max_minutes) > 0:
+        raise ValueError(f"max_minutes must be a positive number of minutes, got {max_minutes}")
+    if max_trials is not None and int(max_trials) <= 0:
         raise ValueError(f"max_trials must be a positive number of trials, got {max_trials}")
+    trial_limit = NO_TRIAL_LIMIT if max_trials is None else int(max_trials)
     if int(num_trials_per_iter) <= 0:
         raise ValueError(f"num_trials_per_iter must be positive, got {num_trials_per_iter}")
     target = normalize_target(target)
@@ -103,7 +132,11 @@ def tune(
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     records_before = len(database)
     tasks = lowered_tasks(mod, params, target, variant)
-    budget, index = TrialBudget(max_trials), RecordIndex()
+    budget, index = TrialBudget(trial_limit), RecordIndex()
+    if max_minutes is not None:
+        budget.deadline = start + 60.0 * float(max_minutes)
+        budget.first_batch_cap = FIRST_BATCH_UNDER_TIME_BUDGET
+        budget.late_until = budget.deadline + LATE_FIRST_BATCHES_FRACTION * 60.0 * float(max_minutes)
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir, seed,
                                                num_tuning_cores=num_tuning_cores,
                                                strategy=strategy, budget=budget,
@@ -119,7 +152,8 @@ def tune(
     summary = {
         "variant": variant,
         "target": str(target),
-        "max_trials": int(max_trials),
+        "max_trials": None if max_trials is None else int(max_trials),
+        "max_minutes": None if max_minutes is None else float(max_minutes),
         "num_trials_per_iter": int(num_trials_per_iter),
         "seed": seed,
         "tasks": [dataclasses.asdict(r) for r in reports],
@@ -129,7 +163,8 @@ def tune(
     try:
         if contexts:
             tracker = TuningProgress(
-                total_trials=records_before + int(max_trials), done_before=records_before,
+                total_trials=None if max_trials is None else records_before + int(max_trials),
+                done_before=records_before, started=start, deadline=budget.deadline,
                 tasks=[c.task_name for c in contexts], weights=weights,
                 best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
                 report=progress)
@@ -139,7 +174,7 @@ def tune(
                         tasks=contexts,
                         task_weights=weights,
                         work_dir=str(work_dir),
-                        max_trials_global=int(max_trials),
+                        max_trials_global=trial_limit,
                         max_trials_per_task=max_trials_per_task,
                         num_trials_per_iter=int(num_trials_per_iter),
                         builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
@@ -157,6 +192,10 @@ def tune(
     finally:  # also on Ctrl-C: the summary says what the work dir holds
         summary["records"] = len(database)
         summary["interrupted"] = bool(guard.pressed)
+        summary["time_budget_spent"] = bool(budget.time_up)
+        summary["first_batches_after_deadline"] = budget.late_first_batches
+        summary["ended_early"] = [{"task": name, "why": why} for name, why in budget.ended_tasks]
+        summary["wall_s"] = round(time.monotonic() - start, 1)
         _add_measured(summary, reports, contexts, database)
         (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     if guard.pressed:

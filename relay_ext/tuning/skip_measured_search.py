@@ -23,14 +23,36 @@ The optional :class:`TrialBudget` is shared by the tasks of one tune. It does tw
   ``max(1, trials // tasks)`` in a task's first batch of the tune (the round-robin round of
   MetaSchedule's task scheduler) and ``max(1, left // tasks)`` after it. With ``trials >= tasks``
   every task is therefore measured before the budget runs out, instead of the first task taking a
-  whole batch of 16 out of a budget of 16.
+  whole batch of 16 out of a budget of 16;
+* it can carry a wall-clock deadline (``TrialBudget(trials, deadline=time.monotonic() + 60)``):
+  once it has passed, no task gets another batch (:attr:`TrialBudget.time_up` says so), exactly as
+  when the trials run out; the batches in flight are finished and stored. One exception, so that
+  every task of the model gets a tuned schedule and a resumed tune always progresses: a task
+  with no record at all and no batch yet still gets one candidate measured (while trials are
+  left), in the first round over the tasks and until ``late_until`` (a bound on the overrun).
+
+An exhausted task ends (its ``generate_measure_candidates`` returns None, which MetaSchedule's
+task scheduler takes as "this task is finished"), and its share of the budget goes to the tasks
+still running (:meth:`TrialBudget.retire`). A task is exhausted when
+
+* the inner search returned no candidate at all: TVM's EvolutionarySearch found, among a whole
+  population of fresh samples and their evolved offspring, nothing it had not measured;
+* or, for an EvolutionarySearch whose population is at least :data:`SMALL_SPACE_POPULATION_RATIO`
+  times the batch it was asked for, a round came back short (fewer candidates than asked): its
+  population held fewer new candidates than one batch, so the design space is all but used up.
+  That round's candidates are measured; the task ends at its next call, without another round
+  that would sample hundreds of candidates only to find them all known.
+
+Candidates that a batch cut by the budget leaves out are kept and measured first in the task's
+next batch (the inner search marks what it returned as measured and would not offer them again).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Dict, List, Optional, Set
+import time
+from typing import Dict, List, Optional, Set, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
@@ -40,8 +62,13 @@ from tvm.tir.schedule import Trace
 logger = logging.getLogger(__name__)
 
 # Rounds of the inner search in one call that may come back with only known candidates before the
-# batch is given up (the inner search gets new picks each round, so this is rarely reached).
+# task ends (the inner search gets new picks each round, so this is rarely reached; a resumed tune
+# whose database holds what the search proposes first is where it happens).
 MAX_ALL_KNOWN_ROUNDS = 8
+
+# A round of an EvolutionarySearch with at least this many times as many candidates in its
+# population as the batch it was asked for, that came back short, means the design space is used up.
+SMALL_SPACE_POPULATION_RATIO = 4
 
 
 def trace_key(trace: Trace) -> str:
@@ -90,28 +117,69 @@ class RecordIndex:
 
 
 class TrialBudget:
-    """Trials left to hand out, shared by the tasks of one tune; see the module docstring.
+    """Trials (and optionally wall-clock time) left to hand out, shared by the tasks of one tune;
+    see the module docstring.
 
-    ``tasks`` is the number of tasks sharing it (set it once the tasks are known).
+    ``tasks`` is the number of tasks sharing it (set it once the tasks are known); a task that
+    ends calls :meth:`retire`, so the others share what is left. ``deadline`` is a
+    ``time.monotonic()`` value after which no batch is handed out; ``first_batch_cap`` caps a
+    task's first batch (a time budget wants every task measured early).
     """
 
-    def __init__(self, trials: int, tasks: int = 1):
+    def __init__(self, trials: int, tasks: int = 1, deadline: Optional[float] = None,
+                 first_batch_cap: Optional[int] = None):
         self.total = self.left = int(trials)
         self.tasks = max(1, int(tasks))
+        self.deadline = deadline
+        self.first_batch_cap = first_batch_cap
+        self.time_up = False
+        self.left_at_deadline = 0  # trials left when the deadline passed (for first batches)
+        self.late_first_batches = 0  # first batches of one candidate granted after the deadline
+        self.late_until: Optional[float] = None  # no such batch after this time.monotonic()
+        self.ended_tasks: List[Tuple[str, str]] = []  # (task name, why), in the order they ended
 
     def share(self, first_batch: bool) -> int:
         """The most candidates one batch of a task may take."""
-        return max(1, (self.total if first_batch else self.left) // self.tasks)
+        share = max(1, (self.total if first_batch else self.left) // self.tasks)
+        if first_batch and self.first_batch_cap is not None:
+            share = min(share, max(1, int(self.first_batch_cap)))
+        return share
 
     def take(self, wanted: int, first_batch: bool = False) -> int:
         granted = max(0, min(self.left, wanted, self.share(first_batch)))
         self.left -= granted
         return granted
 
+    def out_of_time(self) -> bool:
+        """True once the deadline has passed; the budget is then spent (``left`` is 0)."""
+        if self.deadline is not None and not self.time_up and time.monotonic() >= self.deadline:
+            self.time_up = True
+            self.left_at_deadline, self.left = self.left, 0
+            logger.info("the time budget is spent: no further batch is handed out")
+        return self.time_up
+
+    def take_late_first_batch(self) -> int:
+        """After the deadline: one candidate for a task never measured, while trials are left."""
+        if not self.late_first_batch_allowed():
+            return 0
+        self.left_at_deadline -= 1
+        self.late_first_batches += 1
+        return 1
+
+    def late_first_batch_allowed(self) -> bool:
+        return self.left_at_deadline > 0 and (
+            self.late_until is None or time.monotonic() < self.late_until)
+
+    def retire(self, task_name: str, why: str) -> None:
+        """A task ended before the budget did: the tasks still running share what is left."""
+        self.ended_tasks.append((task_name, why))
+        self.tasks = max(1, self.tasks - 1)
+
 
 @derived_object
 class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
-    """Delegates to ``inner`` and filters out candidates the database already holds."""
+    """Delegates to ``inner`` and filters out candidates the database already holds; ends the
+    task when its design space is exhausted (see the module docstring)."""
 
     def __init__(self, inner: ms.search_strategy.SearchStrategy,
                  budget: Optional[TrialBudget] = None, records: Optional[RecordIndex] = None):
@@ -122,19 +190,32 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
         self.known: Set[str] = set()
         self.skipped = 0
         self.batches = 0
+        self.rounds = 0  # rounds of the inner search
+        self.ended: Optional[str] = None  # why the task ended, once it has
         self._mod: Optional[tvm.IRModule] = None
+        self._task_name = "task"
+        self._pending: List[Tuple[str, ms.MeasureCandidate]] = []
+        self._small_space = False
+        self._max_trials = 0
+        self._per_iter = 0
+        self._inner_done = 0  # candidates the inner search was told the results of
+        self._had_records = False  # the database held records of this task when tuning started
+        self._late = False  # this call runs after the deadline, for the task's first batch
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self._mod = context.mod
+        self._task_name = str(context.task_name or "task")
         self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
                    cost_model=None) -> None:
         self.known = set()
-        self.skipped = 0
-        self.batches = 0
+        self.skipped = self.batches = self.rounds = self._inner_done = 0
+        self.ended, self._pending, self._small_space = None, [], False
+        self._max_trials, self._per_iter = int(max_trials), int(num_trials_per_iter)
         if database is not None and self._mod is not None:
             self.known = set(self.records.keys(database, self._mod))
+        self._had_records = bool(self.known)
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -142,30 +223,86 @@ class SkipMeasuredSearch(ms.search_strategy.PySearchStrategy):
             logger.info("skipped %d candidates already in the database", self.skipped)
         self.inner.post_tuning()
 
+    def _end(self, why: str) -> None:
+        if self.ended is None:
+            self.ended = why
+            logger.info("task %s ends: %s", self._task_name, why)
+            if self.budget is not None and why != "budget spent":
+                self.budget.retire(self._task_name, why)
+        return None
+
+    def _asked(self) -> int:
+        """How many candidates the inner search's next round is asked for."""
+        return max(0, min(self._per_iter, self._max_trials - self._inner_done))
+
+    def _population_is_large(self, asked: int) -> bool:
+        population = getattr(self.inner, "population_size", None)
+        return population is not None and asked > 0 and (
+            int(population) >= SMALL_SPACE_POPULATION_RATIO * asked)
+
+    def _grant(self, fresh: List[Tuple[str, ms.MeasureCandidate]]):
+        """Cut ``fresh`` to the budget; what is cut off waits for the task's next batch."""
+        if self.budget is not None:
+            granted = (self.budget.take_late_first_batch() if self._late
+                       else self.budget.take(len(fresh), first_batch=self.batches == 0))
+            fresh, self._pending = fresh[:granted], fresh[granted:] + self._pending
+        if not fresh:
+            return None
+        self.batches += 1
+        return [candidate for _, candidate in fresh]
+
     def generate_measure_candidates(self) -> Optional[List[ms.MeasureCandidate]]:
+        if self.ended is not None:
+            return None
+        self._late = False
+        if self.budget is not None and self.budget.out_of_time():
+            if self.batches or self._had_records or not self.budget.late_first_batch_allowed():
+                return self._end("budget spent")
+            self._late = True  # a task never measured: one candidate, see the module docstring
+        elif self.budget is not None and self.budget.left <= 0:
+            return self._end("budget spent")
+        if self._pending:  # left over from a batch the budget cut: no new round needed
+            pending, self._pending = self._pending, []
+            batch = self._grant(pending)
+            if batch is not None:
+                return batch
+        if self._small_space:
+            return self._end("design space exhausted (the last round of the search came back "
+                             "short)")
         for _ in range(MAX_ALL_KNOWN_ROUNDS):
-            if self.budget is not None and self.budget.left <= 0:
-                return None
+            asked = self._asked()
             candidates = self.inner.generate_measure_candidates()
+            self.rounds += 1
             if candidates is None:
-                return None
-            fresh, keys = [], []
+                return self._end("the search strategy has no more candidates")
+            if len(candidates) == 0:
+                return self._end("design space exhausted (the search found no candidate it had "
+                                 "not measured)")
+            if len(candidates) < asked and self._population_is_large(asked):
+                self._small_space = True
+            fresh: List[Tuple[str, ms.MeasureCandidate]] = []
+            keys: Set[str] = set()
             for candidate in candidates:
                 key = trace_key(candidate.sch.trace)
                 if key in self.known or key in keys:
                     self.skipped += 1
                 else:
-                    keys.append(key)
-                    fresh.append(candidate)
-            if self.budget is not None:
-                fresh = fresh[:self.budget.take(len(fresh), first_batch=self.batches == 0)]
+                    keys.add(key)
+                    fresh.append((key, candidate))
+            self.known.update(keys)
             if fresh:
-                self.known.update(keys[:len(fresh)])  # the ones cut off may come back later
-                self.batches += 1
-                return fresh
-        return None
+                batch = self._grant(fresh)
+                if batch is not None:
+                    return batch
+                return self._end("budget spent")
+            if self._small_space:
+                return self._end("design space exhausted (every candidate of the last round "
+                                 "is in the database)")
+        return self._end(f"{MAX_ALL_KNOWN_ROUNDS} rounds of the search in a row found only "
+                         "candidates already in the database")
 
     def notify_runner_results(self, measure_candidates, results) -> None:
+        self._inner_done += len(results)
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> ms.search_strategy.SearchStrategy:

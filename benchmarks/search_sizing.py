@@ -1,0 +1,150 @@
+"""Model latency reached after M minutes of tuning: MetaSchedule's default search vs quantfuse's.
+
+    python -m benchmarks.search_sizing [--model resnet18] [--image-size 224]
+        [--target 'llvm -mcpu=skylake-avx512 -num-cores 2'] [--minutes 1,5,15,60]
+        [--settings tvm,sized] [--seed 0]
+
+For each search setting (relay_ext/tuning/search_sizing.py: ``tvm`` is MetaSchedule 0.19's
+EvolutionarySearch defaults, ``sized`` the CLI's default) one tune runs with a time budget of the
+largest checkpoint (``tune(..., max_minutes=...)``, start-up included, as ``quantfuse tune
+--minutes`` does). When a checkpoint's time passes, the database files are copied aside; afterwards
+each copy is compiled and the model's latency measured (TVM's time_evaluator, median of
+``--repeats`` rounds of ``--number`` runs). The table (latency reached, trials measured, seconds of
+wall time per measured trial) goes to docs/BENCHMARKS.md, its rows to
+benchmarks/results/search_sizing.json (one row per model, target, setting and budget).
+
+The issue's table is ResNet-18 224 at 1, 5, 15 and 60 minutes on 2 cores: about 2 x 81 minutes
+of tuning plus the compiles. Run it on a quiet machine; numbers taken while other processes
+compete for the CPU say little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from benchmarks.markdown_report import (
+    load_results,
+    markdown_table,
+    save_result,
+    utc_now,
+    write_section,
+)
+from relay_ext import models
+from relay_ext.report.latency import tvm_timer
+from relay_ext.tuning import compile_model, tune
+from relay_ext.tuning.progress import ProgressSnapshot
+from relay_ext.tuning.search_sizing import SETTINGS, evolutionary_search
+from relay_ext.tuning.work_dir import RECORD_FILE, WORKLOAD_FILE
+
+RESULTS = Path(__file__).resolve().parent / "results" / "search_sizing.json"
+SECTION = "search_sizing"
+
+
+class Checkpoints:
+    """A progress callback that copies the database aside when each checkpoint's time passes.
+
+    MetaSchedule reports after each measured batch, so a copy is taken at the first batch after
+    the checkpoint (the latency it reflects is that of the checkpoint or slightly later)."""
+
+    def __init__(self, work_dir: Path, out: Path, minutes: List[float], started: float):
+        self.work_dir, self.out, self.started = work_dir, out, started
+        self.left = sorted(minutes)
+        self.taken: Dict[float, Dict] = {}
+
+    def __call__(self, snapshot: ProgressSnapshot) -> None:
+        elapsed = time.monotonic() - self.started
+        while self.left and elapsed >= 60 * self.left[0]:
+            self.take(self.left.pop(0), snapshot.trials_done, elapsed)
+
+    def take(self, minutes: float, trials: int, elapsed: float) -> None:
+        target = self.out / f"{minutes:g}min"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (WORKLOAD_FILE, RECORD_FILE):
+            if (self.work_dir / name).exists():
+                shutil.copy(self.work_dir / name, target / name)
+        self.taken[minutes] = {"dir": target, "trials": trials, "elapsed_s": elapsed}
+
+
+def latency_ms(loaded, database_dir: Path, target: str, repeats: int, number: int) -> float:
+    from tvm import meta_schedule as ms
+
+    database = ms.database.JSONDatabase(work_dir=str(database_dir))
+    lib = compile_model(database, loaded.mod, loaded.params, target, "ours")
+    _, one_round = tvm_timer(lib, loaded.inputs, number)
+    return 1e3 * statistics.median(one_round() for _ in range(repeats))
+
+
+def run_setting(loaded, target: str, setting: str, minutes: List[float], seed: int,
+                repeats: int, number: int) -> List[Dict]:
+    with tempfile.TemporaryDirectory(prefix=f"search-sizing-{setting}-") as tmp:
+        work_dir, copies = Path(tmp) / "work", Path(tmp) / "checkpoints"
+        started = time.monotonic()
+        checkpoints = Checkpoints(work_dir, copies, minutes, started)
+        tune(loaded.mod, loaded.params, target, work_dir, max_minutes=max(minutes),
+             strategy=evolutionary_search(SETTINGS[setting]), seed=seed, progress=checkpoints)
+        wall = time.monotonic() - started
+        if checkpoints.left:  # the tune ended before the last checkpoint: take the end state
+            from tvm import meta_schedule as ms
+
+            trials = len(ms.database.JSONDatabase(work_dir=str(work_dir)))
+            for m in list(checkpoints.left):
+                checkpoints.take(m, trials, wall)
+        rows = []
+        for m in sorted(checkpoints.taken):
+            taken = checkpoints.taken[m]
+            rows.append({
+                "setting": setting, "minutes": m, "trials": taken["trials"],
+                "s_per_trial": taken["elapsed_s"] / max(1, taken["trials"]),
+                "latency_ms": latency_ms(loaded, taken["dir"], target, repeats, number),
+                "date": utc_now(),
+            })
+            print(rows[-1], flush=True)
+        return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--target", default="llvm -mcpu=skylake-avx512 -num-cores 2")
+    parser.add_argument("--minutes", default="1,5,15,60")
+    parser.add_argument("--settings", default="tvm,sized")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--number", type=int, default=10)
+    args = parser.parse_args()
+    minutes = [float(m) for m in args.minutes.split(",")]
+    loaded = models.load(args.model, image_size=args.image_size)
+    for setting in args.settings.split(","):
+        for row in run_setting(loaded, args.target, setting, minutes, args.seed, args.repeats,
+                               args.number):
+            key = f"{args.model}/{args.image_size}/{args.target}/{setting}/{row['minutes']:g}"
+            save_result(RESULTS, key, {**row, "model": args.model,
+                                       "image_size": args.image_size, "target": args.target})
+    rows = sorted(load_results(RESULTS).values(),
+                  key=lambda r: (r["model"], r["image_size"], r["target"], r["minutes"],
+                                 r["setting"]))
+    table = markdown_table(
+        ["model", "target", "minutes", "search", "trials", "s / trial", "latency (ms)", "date"],
+        [[f"{r['model']} {r['image_size']}", r["target"], f"{r['minutes']:g}", r["setting"],
+          r["trials"], f"{r['s_per_trial']:.2f}" if r["trials"] else "-",
+          f"{r['latency_ms']:.3f}", r["date"]]
+         for r in rows])
+    write_section(SECTION, "Tuning time: latency reached after M minutes, by search setting",
+                  "`tvm`: MetaSchedule 0.19's EvolutionarySearch defaults (population 512, 4 "
+                  "generations); `sized`: quantfuse tune's default (relay_ext/tuning/"
+                  "search_sizing.py). One tune per setting with a time budget of the largest "
+                  "M (start-up included); its database is copied at the first batch after each M "
+                  "and compiled afterwards. s / trial: wall time per measured trial up to that "
+                  "copy (- where nothing was measured: the latency is then that of TVM's default "
+                  "schedules).\n\n" + table)
+
+
+if __name__ == "__main__":
+    main()
