@@ -62,7 +62,7 @@ def tune(
     seed: Optional[int] = None,
     max_trials_per_task: Optional[int] = None,
     builder: Optional[ms.builder.Builder] = None,
-    strategy: StrategyLike = "evolutionary",
+    strategy: StrategyLike = "sized",
     progress: Optional[Callable[[ProgressSnapshot], None]] = None,
     num_tuning_cores: Union[str, int] = "physical",
     max_minutes: Optional[float] = None,
@@ -83,8 +83,9 @@ def tune(
     Tasks whose design spaces TVM cannot generate are retried with other random states, then
     without the failing rule, and otherwise left to TVM's default schedule; the summary written to
     ``work_dir/tuning_summary.json`` (see :func:`read_tuning_summary`) lists them.
-    ``strategy`` is MetaSchedule's search strategy (an EvolutionarySearch with a small population
-    makes tiny budgets cheap).
+    ``strategy`` is the search strategy: ``"sized"`` (the default, as ``quantfuse tune``'s) is an
+    EvolutionarySearch sized for the budget (:mod:`relay_ext.tuning.search_sizing`); a MetaSchedule
+    name (``"evolutionary"`` for TVM's own defaults) or a SearchStrategy object is taken as it is.
 
     ``seed`` seeds every random choice of the search: each task's random state, and numpy's global
     generator while tuning (until TVM's XGBoost cost model has 100 measurements it ranks

@@ -31,12 +31,25 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..lowering.config import pass_config
 from ..lowering.targets import normalize_target
 from .build import copy_module
+from .search_sizing import default_search
 from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
 from .work_dir import LOG_DIR
 
 logger = logging.getLogger(__name__)
 
 StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
+
+
+def search_strategy(strategy: StrategyLike) -> ms.search_strategy.SearchStrategy:
+    """A fresh search strategy for one task: ``"sized"`` is quantfuse's default, MetaSchedule's
+    EvolutionarySearch sized for the budget (:func:`relay_ext.tuning.search_sizing.default_search`);
+    any other name is MetaSchedule's (``"evolutionary"`` with TVM's defaults, ``"replay-trace"``
+    ...); a strategy object is cloned."""
+    if strategy == "sized":
+        return default_search()
+    if isinstance(strategy, str):
+        return ms.search_strategy.SearchStrategy.create(strategy)
+    return strategy.clone()
 
 
 def extract_tasks(
@@ -78,7 +91,7 @@ def tune_contexts(
     work_dir: Union[str, os.PathLike],
     seed: Optional[int] = None,
     num_tuning_cores: Union[str, int] = "physical",
-    strategy: StrategyLike = "evolutionary",
+    strategy: StrategyLike = "sized",
     budget: Optional[TrialBudget] = None,
     record_index: Optional[RecordIndex] = None,
 ) -> Tuple[List[ms.TuneContext], List[float], List[TaskReport]]:
@@ -96,8 +109,7 @@ def tune_contexts(
     for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
         task_logger = task_log(work_dir, index, task.task_name)
         space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))  # fresh per task
-        inner = (ms.search_strategy.SearchStrategy.create(strategy) if isinstance(strategy, str)
-                 else strategy.clone())
+        inner = search_strategy(strategy)
         context = ms.TuneContext(
             mod=task.dispatched[0], target=target, space_generator=space,
             search_strategy=SkipMeasuredSearch(inner, budget, record_index),
