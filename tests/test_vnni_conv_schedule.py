@@ -29,15 +29,16 @@ def _run_child(code: str) -> str:
     return child.stdout
 
 
-def _lowered_conv(target: str) -> str:
+def _lowered_conv(target: str, fused: bool = True) -> str:
     """The lowered TIR of TOPI's NCHWc int8 conv (3x3, 28x28 output, 32 -> 32 channels, fallback
-    configuration) with a fused ReLU, as TOPI's schedule_conv2d_NCHWc_int8 schedules it now."""
+    configuration) with a fused ReLU (or alone), as TOPI's schedule_conv2d_NCHWc_int8 schedules
+    it now."""
     with tvm.target.Target(target):
         data = te.placeholder((1, 2, 30, 30, 16), "uint8", name="data")
         kernel = te.placeholder((2, 2, 3, 3, 4, 16, 4), "int8", name="kernel")
         conv = topi.x86.conv2d_NCHWc_int8(data, kernel, (1, 1), (0, 0), (1, 1), "NCHW16c",
                                           "NCHW16c", "int32")
-        out = topi.nn.relu(conv)
+        out = topi.nn.relu(conv) if fused else conv
         sch = topi.x86.schedule_conv2d_NCHWc_int8([out])
         return str(tvm.lower(sch, [data, kernel, out], simple_mode=True))
 
@@ -65,7 +66,13 @@ def test_vnni_targets_get_the_blocked_schedule(monkeypatch):
     ours = _lowered_conv(VNNI)
     assert ours == _lowered_with(monkeypatch, VNNI,
                                  vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni)
-    assert ours != _lowered_with(monkeypatch, VNNI, vnni_conv_schedule.topi_schedule())
+    topis = _lowered_with(monkeypatch, VNNI, vnni_conv_schedule.topi_schedule())
+    # one dot product per accumulator in the unrolled block: 14 columns (of 28), against TOPI's 1
+    call = "llvm.x86.avx512.vpdpbusd.512"
+    assert (topis.count(call), ours.count(call)) == (1, 14)
+    # the conv as the output (nothing fused after it): blocked the same way, rows in parallel
+    alone = _lowered_conv(VNNI, fused=False)
+    assert alone.count(call) == 14 and "T.parallel" in alone
 
 
 @pytest.mark.parametrize("width, oc_bn, expected", [(56, 16, 14), (28, 16, 14), (14, 16, 14),
