@@ -33,6 +33,7 @@ SLOW_FILES_FIRST = [
     "test_cli_bench.py",  # ~50 s (+ bench --json under the never-slower rule)
     "test_never_slower.py",  # ~30 s quiet (81 s on the shared host, load 10): extraction, builds
     "test_tuning_time.py",  # issue 19: two CLI tunes of tiny_resnet under --minutes, one small tune
+    "test_vnni_conv_schedule.py",  # ~40 s on a busy 2-core host: a child process builds 4 convs
     "test_cli_rpc.py",  # ~30 s
 ]
 
