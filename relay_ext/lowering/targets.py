@@ -120,9 +120,10 @@ def host_llvm_target(num_cores: Optional[int] = None,
     :func:`host_cpu_flags`; off x86 or where the OS does not list its flags, plain llvm.
 
     VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
-    ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TVM's *untuned* VNNI schedules are slower
-    than its AVX-512 ones (33 ms against 17 ms), so for an untuned build pass
-    ``-mcpu=skylake-avx512`` yourself."""
+    ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TOPI's *untuned* VNNI conv chained every
+    ``vpdpbusd`` of an output vector through one register and was slower than its AVX-512 build;
+    with :mod:`relay_ext.lowering.vnni_conv_schedule` (independent accumulators) untuned int8
+    ResNet-18 takes 0.50x the AVX-512 build's time (docs/vnni.md)."""
     return Target(host_target_text(num_cores, flags))
 
 
