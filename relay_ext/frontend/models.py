@@ -180,6 +180,15 @@ def from_torchscript(
     return _import_to_relay(name, torchscript, input_name, input_shape, example_input, layout)
 
 
+def from_exported_program(program, layout: str = "NCHW", seed: int = DEFAULT_SEED) -> LoadedModel:
+    """Import a PT2E-quantized ``torch.export`` program: a ``.pt2`` path written by
+    ``torch.export.save`` or an ``ExportedProgram``; its input shape is the program's. Needs torchao
+    (``pip install 'quantfuse[pt2e]'``). See :func:`relay_ext.frontend.pt2e_import.from_exported_program`."""
+    from .pt2e_import import from_exported_program as import_program
+
+    return import_program(program, layout=layout, seed=seed)
+
+
 def convert_to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:
     """Convert the module's (qnn.)conv2d ops to NHWC data and HWIO kernel layout.
 
