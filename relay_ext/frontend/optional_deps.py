@@ -55,26 +55,28 @@ def require_onnxruntime_quantization() -> ModuleType:
 
 
 def require_torchao() -> ModuleType:
-    """``torchao.quantization.pt2e`` (PT2E quantization: ``prepare_pt2e``, ``convert_pt2e``), or
+    """``torchao.quantization.pt2e.quantize_pt2e`` (``prepare_pt2e``, ``convert_pt2e``), or
     :class:`MissingDependency`. Importing it also registers the ops torchao's quantized programs
     may call, so a saved program loads.
 
-    torchao's first import logs a warning for each of its optional native kernels that does not
-    load for this torch build; PT2E quantization uses none of them, so those lines are kept out
-    of the user's output.
+    torchao's first import logs warnings (optional native kernels that do not load for this torch
+    build, torch's deprecation of an Enum registration); PT2E quantization uses none of what they
+    are about, so those lines are kept out of the user's output.
     """
-    torchao_logger = logging.getLogger("torchao")
-    level = torchao_logger.level
-    torchao_logger.setLevel(logging.ERROR)
+    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [quieted.level for quieted in quiet]
+    for quieted in quiet:
+        quieted.setLevel(logging.ERROR)
     try:
-        return importlib.import_module("torchao.quantization.pt2e")
+        return importlib.import_module("torchao.quantization.pt2e.quantize_pt2e")
     except ImportError as error:
         raise MissingDependency(
             f"PT2E models (.pt2 files, torch.export + torchao quantization) need the torchao package: "
             f"{PT2E_INSTALL_HINT}"
         ) from error
     finally:
-        torchao_logger.setLevel(level)
+        for quieted, level in zip(quiet, levels):
+            quieted.setLevel(level)
 
 
 def _import(name: str) -> ModuleType:

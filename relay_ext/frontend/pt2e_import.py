@@ -21,7 +21,16 @@ quantfuse does not install) and leaves no conv or dense layer in float.
 
 The reference runtime is PyTorch running the program itself (``ExportedProgram.module()``: the QDQ
 graph in float, as PyTorch defines the quantized model), and ``output_scale`` is the scale of the
-``dequantize_per_tensor`` that produces the program's output. Input shapes come from the program.
+``dequantize_per_tensor`` that produces the program's output, or, when the output is float (the
+X86InductorQuantizer quantizes the inputs of the last linear layer, not its output), the step an
+8-bit min/max observer would give it (:func:`float_output_step`). Input shapes come from the
+program.
+
+Two rewrites make the whole graph integer: ``FakeQuantizationToInteger`` runs with ``use_qat``, so
+the last linear layer, whose output is float, becomes ``qnn.dense`` and a dequantize; and a
+residual ``add`` of a dequantized tensor and a conv's float output (PT2E's conv + add pattern)
+gets int32 quantize/dequantize pairs on both operands (:func:`_int32_residual_operands`), so that
+the conv becomes ``qnn.conv2d`` too.
 
 An ATen op the converter does not know is a :class:`UnsupportedOperator` (a ValueError: one line,
 exit code 2 at the command line) naming the op and the graph node.
@@ -110,10 +119,15 @@ def from_exported_program(
         raise ValueError(f"expected a torch.export.ExportedProgram or a .pt2 path, got {type(program).__name__}")
     name = name or "exported_program"
     mod, input_name, input_shape, scale = to_relay(program, name)
-    mod = integer_ops(mod)
+    # use_qat: PT2E leaves the output of the last linear layer float (no quantize after it).
+    mod = integer_ops(mod, use_qat=True)
     check_integer_compute(mod, name)
     if layout == "NHWC":
         mod = convert_to_nhwc(mod)
+    reference = ExportedProgramReference(program.module())
+    example_input = _random_input(input_shape, seed)
+    if scale is None:
+        scale = float_output_step(reference(example_input))
     logger.info("imported %s (PT2E): input %s %s, output scale %s, layout %s",
                 name, input_name, input_shape, scale, layout)
     return LoadedModel(
@@ -123,13 +137,23 @@ def from_exported_program(
         params={},
         input_name=input_name,
         input_shape=input_shape,
-        example_input=_random_input(input_shape, seed),
+        example_input=example_input,
         output_scale=scale,
         layout=layout,
         quantized=True,
-        reference=ExportedProgramReference(program.module()),
+        reference=reference,
         reference_name=REFERENCE_NAME,
     )
+
+
+def float_output_step(output: np.ndarray) -> float:
+    """The step of a program whose output is float (X86InductorQuantizer quantizes the last linear
+    layer's inputs, not its output): the scale an 8-bit min/max observer would give the output,
+    ``(max - min) / 255`` of PyTorch's output on the example input. Steps of TVM's distance from
+    PyTorch are counted in it, as for a dequantized output."""
+    output = np.asarray(output, dtype=np.float64)
+    spread = float(output.max() - output.min()) if output.size else 0.0
+    return spread / 255 if spread > 0 else 1.0
 
 
 def load_program(path: str | os.PathLike) -> Any:
@@ -406,12 +430,51 @@ def _linear(converter: _Converter, node: Any) -> relay.Expr:
 def _binary(op: Callable[[relay.Expr, relay.Expr], relay.Expr]) -> Callable[[_Converter, Any], relay.Expr]:
     def convert(converter: _Converter, node: Any) -> relay.Expr:
         alpha = node.kwargs.get("alpha", 1)
-        right = converter._input(node, 1)
+        left, right = converter._input(node, 0), converter._input(node, 1)
         if alpha != 1:
             right = relay.multiply(right, relay.const(float(alpha)))
-        return op(converter._input(node, 0), right)
+        if op is relay.add and alpha == 1:
+            left, right = _int32_residual_operands(node, left, right)
+        return op(left, right)
 
     return convert
+
+
+# The int32 step of a residual add, as a fraction of its quantized operand's step (see below).
+RESIDUAL_STEP_FRACTION = 1.0 / 256
+
+
+def _int32_residual_operands(node: Any, left: relay.Expr, right: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
+    """X86InductorQuantizer leaves a conv's output float when it feeds a residual add (PT2E fuses
+    conv + add in one int8 kernel): ``add(dequantize(a), conv(...)) -> quantize``. For
+    FakeQuantizationToInteger both operands of the add must be quantized alike, so both get an
+    int32 quantize/dequantize pair at a step 256 times finer than ``a``'s, zero point 0: the conv
+    becomes ``qnn.conv2d`` requantized to that int32 step, ``a`` is only shifted, and the add is
+    integer. The conv's output is rounded to 1/256 of ``a``'s step, far below the add's own output
+    step, where PyTorch adds in float."""
+    args = node.args[:2]
+    quantized = [_dequantized_scale(arg) for arg in args]
+    if (quantized[0] is None) == (quantized[1] is None):
+        return left, right  # both quantized (an integer add as it is) or neither
+    step = relay.const(np.float32((quantized[0] or quantized[1]) * RESIDUAL_STEP_FRACTION))
+    zero = relay.const(np.int32(0))
+
+    def fake_int32(expr: relay.Expr) -> relay.Expr:
+        return relay.qnn.op.dequantize(relay.qnn.op.quantize(expr, step, zero, out_dtype="int32"), step, zero)
+
+    return fake_int32(left), fake_int32(right)
+
+
+def _dequantized_scale(arg: Any) -> float | None:
+    """The step of ``arg`` when it is a per-tensor dequantize's output, else None."""
+    if not isinstance(arg, torch.fx.Node) or arg.op != "call_function":
+        return None
+    if op_name(arg.target) != "quantized_decomposed.dequantize_per_tensor":
+        return None
+    scale = arg.args[1]
+    if isinstance(scale, (int, float)):
+        return float(scale)
+    return None
 
 
 def _unary(op: Callable[[relay.Expr], relay.Expr]) -> Callable[[_Converter, Any], relay.Expr]:
