@@ -387,8 +387,14 @@ def _float_const(value: Any) -> relay.Constant:
 
 
 def _int_const(value: Any) -> relay.Constant:
+    """A zero point as an int32 constant; per-channel zero points that are all equal (PT2E's
+    symmetric weights: all 0) as one scalar, so that QNN's lowering sees the zero point and drops
+    the correction terms a nonzero weight zero point needs (input sums per output channel)."""
     array = value.array if isinstance(value, _Constant) else np.asarray(value if value is not None else 0)
-    return relay.const(array.astype("int32").reshape(-1) if array.size > 1 else array.astype("int32").reshape(()))
+    array = array.astype("int32").reshape(-1)
+    if array.size == 1 or np.all(array == array[0]):
+        return relay.const(array[0])
+    return relay.const(array)
 
 
 def _conv2d(converter: _Converter, node: Any) -> relay.Expr:
