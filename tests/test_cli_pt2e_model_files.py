@@ -59,6 +59,28 @@ def test_fusion_tune_and_bench(name, program_files, tmp_path, capsys, monkeypatc
                           pt2e_import.REFERENCE_NAME, tmp_path / "work", capsys, monkeypatch)
 
 
+def _same_anchor(anchor: str) -> str:
+    # The PT2E import pools to 1x1 with global_avg_pool2d (made integer, rounded); TVM's PyTorch
+    # frontend with adaptive_avg_pool2d (rounded in float): the same pooling task.
+    return "global_avg_pool2d" if anchor in ("nn.adaptive_avg_pool2d", "nn.global_avg_pool2d") else anchor
+
+
+@needs_avx2
+def test_fusion_report_matches_the_torchscript_import(programs, tmp_path):
+    from relay_ext.report.fusion import fusion_report
+
+    module, shape = fx_quantized_torchscript(SHAPE[-1], build=MobileNetV2Style)
+    module.save(str(tmp_path / "mobilenet_v2_style.pt"))
+    torchscript = models.from_torchscript(tmp_path / "mobilenet_v2_style.pt", {"input": shape})
+    pt2e = models.from_exported_program(programs["mobilenet_v2_style"])
+    reports = [fusion_report(loaded.mod, loaded.params, AVX2, ["ours"]) for loaded in (pt2e, torchscript)]
+    rows = [[(_same_anchor(task.anchor), task.variants["ours"].intermediates) for task in report.tasks]
+            for report in reports]
+    assert rows[0] == rows[1]
+    assert sum(anchor.endswith("conv2d_NCHWc") or "Depthwise" in anchor or "int8" in anchor
+               for anchor, _ in rows[0]) == MobileNetV2Style.CONVS, rows[0]
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
