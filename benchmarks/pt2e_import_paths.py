@@ -35,9 +35,11 @@ COUNTED = ("qnn.conv2d", "nn.conv2d", "qnn.dense", "nn.dense", "qnn.requantize",
 
 _EXPORT = """
 import sys, torch
+import torchao.quantization.pt2e.quantize_pt2e  # registers the quantized_decomposed ops
 program = torch.export.load(sys.argv[1])
 example = (torch.zeros(tuple(int(d) for d in sys.argv[3].split(","))),)
-torch.onnx.export(program, example, sys.argv[2], dynamo=True, input_names=["input"])
+torch.onnx.export(program, example, sys.argv[2], dynamo=True, input_names=["input"],
+                  opset_version=int(sys.argv[4]))
 """
 
 
@@ -46,6 +48,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--model", default="tiny_resnet", help="a built-in image model")
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--opset", type=int, default=17,
+                        help="ONNX opset of the export (default 17; the exporter's own default is 18)")
     parser.add_argument("--exporter-pythonpath", default=None,
                         help="a directory with onnxscript and onnx >= 1.17 for the ONNX export")
     return parser.parse_args(argv)
@@ -84,7 +88,8 @@ def main(argv: List[str]) -> int:
         env = dict(os.environ)
         if args.exporter_pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.exporter_pythonpath, env.get("PYTHONPATH")]))
-        child = subprocess.run([sys.executable, "-c", _EXPORT, str(pt2), str(onnx_path), ",".join(map(str, shape))],
+        child = subprocess.run([sys.executable, "-c", _EXPORT, str(pt2), str(onnx_path), ",".join(map(str, shape)),
+                                str(args.opset)],
                                env=env, capture_output=True, text=True, check=False)
         if child.returncode != 0:
             last = (child.stderr.strip().splitlines() or ["?"])[-1]
@@ -94,7 +99,7 @@ def main(argv: List[str]) -> int:
                 measure("torch.onnx.export -> onnx_import", from_onnx(onnx_path))
             except Exception as error:  # report, do not hide, what the ONNX path makes of it
                 print(f"ONNX import failed: {str(error).splitlines()[0]}")
-    print(f"{args.model}, input {shape}, PT2E (X86InductorQuantizer):")
+    print(f"{args.model}, input {shape}, PT2E (X86InductorQuantizer), ONNX opset {args.opset}:")
     print("| import | " + " | ".join(COUNTED) + " | max steps vs PyTorch (untuned build) |")
     print("|---" * (len(COUNTED) + 2) + "|")
     for label, row in rows.items():
