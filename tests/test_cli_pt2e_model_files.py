@@ -6,7 +6,6 @@ import lacks, a float program, no torchao) is one line and exit code 2."""
 
 import sys
 
-import numpy as np
 import pytest
 import torch
 from torch import nn

@@ -62,7 +62,6 @@ REFERENCE_NAME = "PyTorch PT2E int8"
 _SHAPE_OPS = frozenset({"aten.flatten", "aten.reshape", "aten.view", "aten._unsafe_view", "aten.permute",
                         "aten.squeeze", "aten.unsqueeze", "aten.clone", "aten.contiguous", "aten.dropout"})
 _QUANTIZE = ("quantized_decomposed.quantize_per_tensor", "quantized_decomposed.quantize_per_channel")
-_DEQUANTIZE = ("quantized_decomposed.dequantize_per_tensor", "quantized_decomposed.dequantize_per_channel")
 
 
 class UnsupportedOperator(ValueError):
