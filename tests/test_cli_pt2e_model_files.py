@@ -114,6 +114,13 @@ def test_missing_torchao_is_one_line(program_files, capsys, monkeypatch):
     one_error_line(capsys, "torchao", "pip install 'quantfuse[pt2e]'")
 
 
+def test_a_file_that_is_not_a_program_is_one_line(tmp_path, capsys):
+    path = tmp_path / "text.pt2"
+    path.write_text("not a program")
+    assert cli.main(["fusion", "--model", str(path), "--target", AVX2]) == cli.EXIT_BAD_INPUT
+    one_error_line(capsys, "not a program saved with torch.export.save")
+
+
 def test_input_shape_must_match_the_program(program_files, capsys):
     path = program_files["residual"]
     assert cli.main(["fusion", "--model", str(path), "--input-shape", "1,3,32,32",

@@ -160,12 +160,19 @@ def load_program(path: str | os.PathLike) -> Any:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"PT2E model file not found: {path}")
+    # torch.export.load logs the traceback of a failed first attempt (a warning) before its
+    # fallback; the error below says what the user needs in one line.
+    export_logger = logging.getLogger("torch.export")
+    level = export_logger.level
+    export_logger.setLevel(logging.ERROR)
     try:
         return torch.export.load(path)
     except Exception as error:  # zipfile, pickle, serialization errors
         raise ValueError(
             f"{path} is not a program saved with torch.export.save: {tvm_error_message(error, limit=300)}"
         ) from error
+    finally:
+        export_logger.setLevel(level)
 
 
 # --- the graph to Relay --------------------------------------------------------------------------
