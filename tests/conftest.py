@@ -23,6 +23,7 @@ FUSION_VARIANTS = ["legacy", "upstream", "ours"]
 # the many short ones fill the end, instead of one long file running alone at the end.
 SLOW_FILES_FIRST = [
     "test_cli_torchscript_model_file.py",  # ~140 s: FX-quantized net, fusion + tune + bench
+    "test_cli_pt2e_model_files.py",  # PT2E: 2 nets fusion + tune + bench, a fusion comparison (~410 s, 2 shared cores at load ~5)
     "test_tuning.py",  # ~110 s: builds the shared tuned work dir, tunes two more variants
     "test_tune_resume.py",  # ~115 s
     "test_cli_onnx_model_files.py",  # ~110 s

@@ -2,6 +2,8 @@
 
 * :class:`ResidualConvNet` and :class:`SmallMLP`: float networks exported to ONNX and quantized
   QDQ with ONNX Runtime (:func:`qdq_onnx`).
+* :class:`MobileNetV2Style` (and :class:`ResidualConvNet`): quantized with PT2E, torch.export and
+  torchao (:func:`pt2e_program`), and with FX graph mode for the same network's TorchScript.
 * :class:`EfficientNetStyle`: quantized with PyTorch's FX graph mode (:func:`fx_quantized_torchscript`)
   the way efficientnet-pytorch's EfficientNet-B0 is: its convs pad "same" in their own
   ``forward`` (``Conv2dStaticSamePadding``), so FX sees functional convs and leaves the batch
@@ -117,18 +119,59 @@ class EfficientNetStyle(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion conv-bn-relu, 3x3 depthwise conv-bn-relu, 1x1 linear
+    projection conv-bn, and the residual add when the shape allows it."""
+
+    def __init__(self, channels_in: int, channels_out: int, stride: int, expansion: int = 4) -> None:
+        super().__init__()
+        hidden = channels_in * expansion
+        self.residual = stride == 1 and channels_in == channels_out
+        self.layers = nn.Sequential(
+            nn.Conv2d(channels_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU(),
+            nn.Conv2d(hidden, hidden, 3, stride=stride, padding=1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden), nn.ReLU(),
+            nn.Conv2d(hidden, channels_out, 1, bias=False), nn.BatchNorm2d(channels_out),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.layers(x) if self.residual else self.layers(x)
+
+
+class MobileNetV2Style(nn.Module):
+    """A small MobileNetV2: stem conv-bn-relu (stride 2), an inverted-residual block with its
+    residual add, a 1x1 head conv-bn-relu, global average pool, linear classifier. ReLU as in
+    torchvision's quantizable MobileNetV2 (and quantfuse's built-in one). One block, to keep the
+    tuning tests' task count low."""
+
+    CONVS = 5  # stem, expand, depthwise, project, head
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU())
+        self.blocks = InvertedResidual(channels, channels, 1)
+        self.head = nn.Sequential(nn.Conv2d(channels, 2 * channels, 1, bias=False),
+                                  nn.BatchNorm2d(2 * channels), nn.ReLU())
+        self.classifier = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.head(self.blocks(self.stem(x)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 def _calibration(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
     generator = np.random.default_rng(seed)
     return [generator.standard_normal(shape, dtype=np.float32) for _ in range(CALIBRATION_BATCHES)]
 
 
 def fx_quantized_torchscript(
-    image_size: int = 16, seed: int = 0
+    image_size: int = 16, seed: int = 0, build=EfficientNetStyle
 ) -> tuple[torch.jit.ScriptModule, tuple[int, ...]]:
-    """:class:`EfficientNetStyle` quantized with FX graph mode (x86 qconfig mapping, calibration on
-    random batches) and traced; returns it with its input shape."""
+    """``build()`` (default :class:`EfficientNetStyle`) quantized with FX graph mode (x86 qconfig
+    mapping, calibration on random batches) and traced; returns it with its input shape."""
     shape = (1, 3, image_size, image_size)
-    model = eager_quantization.seeded_float_model(EfficientNetStyle, seed)
+    model = eager_quantization.seeded_float_model(build, seed)
     example = torch.from_numpy(_calibration(shape, seed + 1)[0])
     with (eager_quantization.quantization_engine("x86"),
           eager_quantization.quiet_torch_quantization_warnings()):
@@ -149,6 +192,17 @@ def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_chann
     calibration = _calibration(shape, seed + 1)
     float_path = onnx_export.export_float_onnx(model, calibration[0], path.with_suffix(".float.onnx"))
     return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
+
+
+def pt2e_program(build, shape: tuple[int, ...], seed: int = 0):
+    """The float network ``build()`` (seeded weights, batch norms with random statistics) quantized
+    with PT2E (torch.export, torchao's X86InductorQuantizer) on random batches of ``shape``: an
+    ExportedProgram, as :func:`relay_ext.frontend.pt2e_export.quantize_pt2e` makes it."""
+    from relay_ext.frontend import pt2e_export
+
+    model = eager_quantization.seeded_float_model(build, seed)
+    calibration = _calibration(shape, seed + 1)
+    return pt2e_export.quantize_pt2e(model, calibration[0], calibration)
 
 
 def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int = 7) -> float:

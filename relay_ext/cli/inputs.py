@@ -85,7 +85,7 @@ def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
 
 
 def is_model_file(text: str) -> bool:
-    return (os.sep in text or text.endswith((*TORCHSCRIPT_SUFFIXES, ".onnx"))
+    return (os.sep in text or text.endswith((*TORCHSCRIPT_SUFFIXES, ".onnx", ".pt2"))
             or os.path.exists(text))
 
 
@@ -93,17 +93,23 @@ def is_onnx(text: str) -> bool:
     return text.lower().endswith(".onnx")
 
 
+def is_pt2e(text: str) -> bool:
+    """A program saved with torch.export.save (PT2E-quantized): it names its own input shape."""
+    return text.lower().endswith(".pt2")
+
+
 def check_model(args) -> None:
     """The cheap checks of --model, before anything slow runs: a built-in name, or an existing
-    file (a TorchScript file needs --input-shape; an ONNX file names its own input)."""
+    file (a TorchScript file needs --input-shape; an ONNX file and a .pt2 program name their own
+    input)."""
     from relay_ext.frontend import models
 
     if not is_model_file(args.model):
         if args.model not in models.MODELS:
             raise BadInput(f"unknown model {args.model!r}; built-in models: "
-                           f"{', '.join(models.available_models())} (or a TorchScript or ONNX file)")
+                           f"{', '.join(models.available_models())} (or a TorchScript, ONNX or .pt2 file)")
         return
-    if not is_onnx(args.model) or args.input_shape:
+    if not (is_onnx(args.model) or is_pt2e(args.model)) or args.input_shape:
         parse_shape(args.input_shape)
     if not os.path.isfile(args.model):
         raise BadInput(f"model file not found: {args.model}; pass a built-in model "
@@ -113,7 +119,8 @@ def check_model(args) -> None:
 def load_model(args):
     """The model --model names (checked by :func:`check_model` first), as a LoadedModel. An ONNX
     model that is not quantized, whose input is dynamic without --input-shape, or that needs the
-    missing onnx/onnxruntime packages is BadInput."""
+    missing onnx/onnxruntime packages is BadInput; so is a .pt2 program without torchao, or with an
+    op the PT2E import does not convert."""
     from relay_ext.frontend import models
 
     check_model(args)
@@ -123,6 +130,8 @@ def load_model(args):
 
             shape = parse_shape(args.input_shape) if args.input_shape else None
             return from_onnx(args.model, input_shape=shape, layout=args.layout)
+        if is_pt2e(args.model):
+            return _pt2e_model(args)
         if is_model_file(args.model):
             return models.from_torchscript(
                 args.model, {models.DEFAULT_INPUT_NAME: parse_shape(args.input_shape)},
@@ -130,6 +139,18 @@ def load_model(args):
         return models.load(args.model, image_size=args.image_size, layout=args.layout)
     except (ValueError, FileNotFoundError) as error:
         raise BadInput(str(error).splitlines()[0]) from None
+
+
+def _pt2e_model(args):
+    """A .pt2 program: its input shape is its own; an --input-shape must agree with it."""
+    from relay_ext.frontend.pt2e_import import from_exported_program
+
+    loaded = from_exported_program(args.model, layout=args.layout)
+    if args.input_shape and parse_shape(args.input_shape) != tuple(loaded.input_shape):
+        raise BadInput(f"--input-shape {args.input_shape} does not match the program's input "
+                       f"{','.join(map(str, loaded.input_shape))} (a .pt2 program fixes its shape; "
+                       "leave --input-shape out)")
+    return loaded
 
 
 def run_description(args, target):

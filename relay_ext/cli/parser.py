@@ -17,7 +17,9 @@ the command line of quantfuse:
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
 
 --model takes a built-in name, a TorchScript file (then --input-shape 1,3,224,224) or a
-quantized ONNX file (QDQ; its input shape is read from it, --input-shape fixes a dynamic one).
+quantized ONNX file (QDQ; its input shape is read from it, --input-shape fixes a dynamic one), or
+a PT2E program saved with torch.export.save (.pt2; its input shape is its own; needs
+quantfuse[pt2e]).
 Bad input (unknown model, bad target, a target this machine cannot run, unwritable work dir,
 trials <= 0, a work dir whose database is not MetaSchedule's, an unreachable RPC tracker) is one
 line on stderr and exit code 2; --verbose adds the traceback and shows TVM's own log lines.
@@ -104,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="debug logging, tracebacks on errors, TVM's log lines as they come")
     model = Parser(add_help=False)
     model.add_argument("--model", required=True,
-                       help="a built-in model (see 'quantfuse models'), a TorchScript file or a "
-                            "quantized ONNX file")
+                       help="a built-in model (see 'quantfuse models'), a TorchScript file, a "
+                            "quantized ONNX file or a PT2E program (.pt2)")
     model.add_argument("--input-shape", help="the input shape of a TorchScript file (e.g. "
                        "1,3,224,224), or of an ONNX file whose input is dynamic")
     model.add_argument("--image-size", type=positive_int, default=224,

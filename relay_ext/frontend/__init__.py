@@ -9,7 +9,10 @@
 * :mod:`.onnx_import` -- QDQ (and QOperator) ONNX models made integer
   (``FakeQuantizationToInteger``), with ONNX Runtime (:mod:`.onnx_runtime`) as their reference;
   :mod:`.onnx_export` -- a built-in model exported and quantized by ONNX Runtime;
-  :mod:`.optional_deps` -- the one clear error when ``onnx``/``onnxruntime`` are missing.
+  :mod:`.pt2e_import` -- PT2E programs (torch.export + torchao, ``.pt2``) converted to Relay QDQ
+  and made integer the same way, with PyTorch running the program as their reference;
+  :mod:`.pt2e_export` -- a float model quantized with PT2E;
+  :mod:`.optional_deps` -- the one clear error when ``onnx``/``onnxruntime``/``torchao`` are missing.
 
 Nothing here tunes or builds.
 """

@@ -15,6 +15,7 @@ kernel layout; the model's input stays NCHW, as PyTorch's.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import warnings
@@ -178,6 +179,16 @@ def from_torchscript(
     _check_runs_on(torchscript, example_input)
     name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
     return _import_to_relay(name, torchscript, input_name, input_shape, example_input, layout)
+
+
+def __getattr__(name: str):
+    """``from_exported_program``: PT2E programs (a ``.pt2`` path written by ``torch.export.save``
+    or an ``ExportedProgram``; needs torchao, ``pip install 'quantfuse[pt2e]'``), imported as the
+    other models are; it lives in :mod:`relay_ext.frontend.pt2e_import`, which builds on this module,
+    and is looked up there on first use."""
+    if name == "from_exported_program":
+        return importlib.import_module(f"{__package__}.pt2e_import").from_exported_program
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def convert_to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:

@@ -189,11 +189,13 @@ def output_dequantize_scale(model: Any) -> float | None:
 # --- making the Relay module integer -------------------------------------------------------------
 
 
-def integer_ops(mod: tvm.IRModule) -> tvm.IRModule:
+def integer_ops(mod: tvm.IRModule, use_qat: bool = False) -> tvm.IRModule:
     """``dequantize -> op -> quantize`` regions as QNN ops (TVM's FakeQuantizationToInteger), with
-    integer average pools rounded to nearest (:class:`_RoundIntegerMean`)."""
+    integer average pools rounded to nearest (:class:`_RoundIntegerMean`). ``use_qat`` also
+    converts ``dequantize -> op`` regions with no quantize after them (an op with a float output,
+    such as PT2E's last linear layer) to the QNN op and a dequantize."""
     mod = relay.transform.InferType()(mod)
-    mod = relay.transform.FakeQuantizationToInteger(hard_fail=False)(mod)
+    mod = relay.transform.FakeQuantizationToInteger(hard_fail=False, use_qat=use_qat)(mod)
     main = pattern.rewrite(_RoundIntegerMean(), relay.transform.InferType()(mod)["main"])
     rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
     rewritten["main"] = main

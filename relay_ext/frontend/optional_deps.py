@@ -1,21 +1,26 @@
-"""The optional packages of the ONNX path (``pip install 'quantfuse[onnx]'``), imported on demand.
+"""The optional packages of the ONNX path (``pip install 'quantfuse[onnx]'``) and of the PT2E path
+(``pip install 'quantfuse[pt2e]'``), imported on demand.
 
-``onnx`` and ``onnxruntime`` are not dependencies of quantfuse itself: a TorchScript user needs
-neither. Every ONNX function imports them through :func:`require_onnx` /
-:func:`require_onnxruntime`, which turn a missing or unusable package into one
-:class:`MissingDependency` with the pip command that fixes it.
+``onnx``, ``onnxruntime`` and ``torchao`` are not dependencies of quantfuse itself: a TorchScript
+user needs none of them. Every ONNX function imports them through :func:`require_onnx` /
+:func:`require_onnxruntime`, every PT2E one through :func:`require_torchao`, which turn a missing
+or unusable package into one :class:`MissingDependency` with the pip command that fixes it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 from types import ModuleType
 
 # The versions pyproject.toml's "onnx" extra pins (see there for why onnx is held at 1.16).
 ONNX_VERSION = "1.16.2"
 ONNXRUNTIME_VERSION = "1.32.0"
 INSTALL_HINT = f"pip install 'quantfuse[onnx]' (onnx=={ONNX_VERSION}, onnxruntime=={ONNXRUNTIME_VERSION})"
+# The version pyproject.toml's "pt2e" extra pins.
+TORCHAO_VERSION = "0.18.0"
+PT2E_INSTALL_HINT = f"pip install 'quantfuse[pt2e]' (torchao=={TORCHAO_VERSION})"
 
 
 class MissingDependency(ImportError, ValueError):
@@ -47,6 +52,31 @@ def require_onnxruntime_quantization() -> ModuleType:
     require_onnx()
     require_onnxruntime()
     return _import("onnxruntime.quantization")
+
+
+def require_torchao() -> ModuleType:
+    """``torchao.quantization.pt2e.quantize_pt2e`` (``prepare_pt2e``, ``convert_pt2e``), or
+    :class:`MissingDependency`. Importing it also registers the ops torchao's quantized programs
+    may call, so a saved program loads.
+
+    torchao's first import logs warnings (optional native kernels that do not load for this torch
+    build, torch's deprecation of an Enum registration); PT2E quantization uses none of what they
+    are about, so those lines are kept out of the user's output.
+    """
+    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [quieted.level for quieted in quiet]
+    for quieted in quiet:
+        quieted.setLevel(logging.ERROR)
+    try:
+        return importlib.import_module("torchao.quantization.pt2e.quantize_pt2e")
+    except ImportError as error:
+        raise MissingDependency(
+            f"PT2E models (.pt2 files, torch.export + torchao quantization) need the torchao package: "
+            f"{PT2E_INSTALL_HINT}"
+        ) from error
+    finally:
+        for quieted, level in zip(quiet, levels):
+            quieted.setLevel(level)
 
 
 def _import(name: str) -> ModuleType:

@@ -333,7 +333,8 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
                      onnx_model: Optional[PathLike] = None
                      ) -> Tuple[Dict[str, Callable[[], float]], Dict[str, np.ndarray]]:
     """Timers of the runtimes TVM is compared with, one round each (the mean of ``number`` runs):
-    PyTorch's int8 module when the model came from TorchScript, ONNX Runtime's int8 CPU session
+    PyTorch's int8 module when the model came from TorchScript (or the exported program of a PT2E
+    model), ONNX Runtime's int8 CPU session
     (on ``threads`` intra-op threads) when it came from ONNX or when ``onnx_model`` (an ONNX export
     of the same network, such as :func:`relay_ext.frontend.onnx_export.export_quantized`) is
     given. ONNX Runtime's threads do not spin after a run here: spinning threads would take the
@@ -348,6 +349,10 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
     outputs: Dict[str, np.ndarray] = {}
     if loaded.torchscript is not None:
         timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, number)
+    # A PT2E program (frontend.pt2e_import): PyTorch running the exported program is the reference.
+    program_module = getattr(loaded.reference, "torch_module", None)
+    if loaded.torchscript is None and program_module is not None:
+        timers[loaded.reference_name] = torch_timer(program_module, loaded.example_input, number)
     own = isinstance(loaded.reference, OnnxRuntimeReference)
     onnx = loaded.reference if own else onnx_model
     if onnx is not None:
