@@ -18,6 +18,7 @@ from .inputs import (
     run_description,
     warn_if_generic_llvm,
     work_dir_checked,
+    work_dir_locked,
     writable_dir,
 )
 from .parser import BadInput
@@ -86,15 +87,20 @@ def measured_line(summary: dict) -> str:
 
 
 def cmd_tune(args) -> int:
-    from relay_ext.tuning import read_tuning_summary, tune
-    from relay_ext.tuning.work_dir import repair_database
-
     check_model(args)
     run = run_description(args, resolve_target(args.target, args.variant))
     if args.rpc is None:  # with --rpc the target describes the remote devices
         check_runs_here(run.target)
     runner = rpc_runner(args.rpc)
     work_dir = writable_dir(args.work_dir)
+    with work_dir_locked(work_dir):  # one tune per work dir; before repair touches its files
+        return _tune_into(args, run, runner, work_dir)
+
+
+def _tune_into(args, run, runner, work_dir: Path) -> int:
+    from relay_ext.tuning import read_tuning_summary, tune
+    from relay_ext.tuning.work_dir import repair_database
+
     before = work_dir_checked(repair_database, work_dir)
     work_dir_checked(run.check_same_run, work_dir)
     remaining = args.trials - before["records"]

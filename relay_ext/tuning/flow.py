@@ -23,9 +23,10 @@ from ..lowering.config import build_candidate
 from ..lowering.targets import check_runs_here, normalize_target
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
+from .record_writes import RecordWriteCheck
 from .skip_measured_search import RecordIndex, TrialBudget
 from .tasks import StrategyLike, TaskReport, lowered_tasks, tune_contexts
-from .work_dir import SUMMARY_FILE
+from .work_dir import SUMMARY_FILE, holds_tuning_lock
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ def make_runner(runner: RunnerLike) -> ms.runner.Runner:
                      f"RPCRunner), got {runner!r}")
 
 
+@holds_tuning_lock  # one tune per work dir (work_dir.tuning_lock)
 def tune(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
@@ -126,6 +128,9 @@ def tune(
         "records_before": records_before,
     }
     guard = InterruptGuard(budget)
+    # A write MetaSchedule could not make (disk full...) stops the tune; see record_writes.
+    writes = RecordWriteCheck(work_dir, database, stop=lambda: setattr(budget, "left", 0))
+    write_error = None
     try:
         if contexts:
             tracker = TuningProgress(
@@ -148,17 +153,24 @@ def tune(
                         task_scheduler=ms.task_scheduler.GradientBased(
                             seed=-1 if seed is None else int(seed)),
                         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                           tracker],
+                                           tracker, writes],
                     )
                 except Exception:  # a second Ctrl-C surfaces as whatever TVM made of it
                     if guard.pressed:
                         raise TuningInterrupted() from None
                     raise
     finally:  # also on Ctrl-C: the summary says what the work dir holds
+        write_error = writes.finish()
         summary["records"] = len(database)
         summary["interrupted"] = bool(guard.pressed)
         _add_measured(summary, reports, contexts, database)
-        (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        try:
+            (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        except OSError:
+            if write_error is None:
+                raise  # else the disk is full: the records are what matters, and they are whole
+    if write_error is not None:
+        raise write_error
     if guard.pressed:
         raise TuningInterrupted()
     untuned = summary["left_to_default_schedule"]
