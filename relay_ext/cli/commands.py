@@ -11,6 +11,7 @@ from . import EXIT_INTERRUPTED
 from .inputs import (
     check_model,
     check_runs_here,
+    closed_after,
     is_model_file,
     load_model,
     resolve_target,
@@ -93,7 +94,9 @@ def cmd_tune(args) -> int:
         check_runs_here(run.target)
     runner = rpc_runner(args.rpc)
     work_dir = writable_dir(args.work_dir)
-    with work_dir_locked(work_dir):  # one tune per work dir; before repair touches its files
+    # One tune per work dir, locked before repair touches its files; the RPC runner's popen
+    # workers are killed on every way out (Ctrl-C included).
+    with work_dir_locked(work_dir), closed_after(runner):
         return _tune_into(args, run, runner, work_dir)
 
 

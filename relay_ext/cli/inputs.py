@@ -184,6 +184,16 @@ def work_dir_locked(work_dir: Path) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def closed_after(runner) -> Iterator[None]:
+    """``runner.close()`` after the block, however it ends (a runner that has one)."""
+    try:
+        yield
+    finally:
+        if hasattr(runner, "close"):
+            runner.close()
+
+
 def rpc_runner(rpc: Optional[str]):
     """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered."""
     from relay_ext.tuning import rpc_tracker

@@ -24,6 +24,7 @@ from ..lowering.targets import check_runs_here, normalize_target
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
 from .record_writes import RecordWriteCheck
+from .rpc_tracker import MeasuringStopped
 from .skip_measured_search import RecordIndex, TrialBudget
 from .tasks import StrategyLike, TaskReport, lowered_tasks, tune_contexts
 from .work_dir import SUMMARY_FILE, holds_tuning_lock
@@ -131,6 +132,8 @@ def tune(
     # A write MetaSchedule could not make (disk full...) stops the tune; see record_writes.
     writes = RecordWriteCheck(work_dir, database, stop=lambda: setattr(budget, "left", 0))
     write_error = None
+    if hasattr(runner, "stop_tune_with"):  # a runner that loses its devices (rpc_tracker)
+        runner.stop_tune_with(lambda: setattr(budget, "left", 0))
     try:
         if contexts:
             tracker = TuningProgress(
@@ -171,6 +174,10 @@ def tune(
                 raise  # else the disk is full: the records are what matters, and they are whole
     if write_error is not None:
         raise write_error
+    lost = runner.lost() if hasattr(runner, "lost") else None
+    if lost:
+        raise MeasuringStopped(f"{lost}; {work_dir} keeps {len(database)} records (the database "
+                               "loads); start a server and run the same command again to resume")
     if guard.pressed:
         raise TuningInterrupted()
     untuned = summary["left_to_default_schedule"]

@@ -117,8 +117,8 @@ class RecordWriteCheck(ms.measure_callback.PyMeasureCallback):
             self._failed(self.records.path)
 
     def _failed(self, path: Path) -> None:
-        self.failure = f"a write to {path} failed ({_likely_cause(self.work_dir)})"
-        logger.error("%s; stopping the tune", self.failure)
+        self.failure = f"could not write {path.name} ({_likely_cause(self.work_dir)})"
+        logger.info("%s; stopping the tune", self.failure)  # the error the tune raises says it
         self.stop()
 
     def finish(self) -> Optional[DatabaseWriteError]:
@@ -131,8 +131,7 @@ class RecordWriteCheck(ms.measure_callback.PyMeasureCallback):
         kept = _count_lines(self.records.path)
         return DatabaseWriteError(
             f"{self.failure}; the database keeps its {kept} complete records and loads "
-            f"({dropped} bytes of unfinished lines removed); free some space and run the same "
-            "command again to resume")
+            f"({dropped} bytes cut); free some space and run the same command again to resume")
 
 
 def _good_prefix(lines: List[bytes]) -> int:
@@ -157,5 +156,5 @@ def _likely_cause(work_dir: Path) -> str:
     except OSError as error:
         return f"the disk cannot be read: {error.strerror or error}"
     if free < (1 << 20):
-        return f"the disk is full: {free} bytes free"
-    return "a file size limit or an I/O error; the disk has space"
+        return f"disk full: {free} bytes free"
+    return "a file size limit or an I/O error"
