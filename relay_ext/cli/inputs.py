@@ -195,7 +195,8 @@ def closed_after(runner) -> Iterator[None]:
 
 
 def rpc_runner(rpc: Optional[str]):
-    """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered."""
+    """'local', or for --rpc once the tracker answered a runner measuring on its servers
+    (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune)."""
     from relay_ext.tuning import rpc_tracker
 
     if rpc is None:
