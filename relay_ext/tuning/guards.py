@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import Optional
 
@@ -48,10 +49,25 @@ class InterruptGuard:
             yield self
             return
         previous = signal.signal(signal.SIGINT, self._on_sigint)
+        previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._quiet_second_interrupt(previous_hook)
         try:
             yield self
         finally:
             signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_hook
+
+    def _quiet_second_interrupt(self, previous_hook):
+        """The second Ctrl-C's KeyboardInterrupt, raised inside a Python callback TVM called
+        through ctypes, is "ignored" there with a printed traceback (issue 20); the tune still
+        stops and says so in one line, so that traceback is not shown."""
+        def hook(unraisable):
+            if self.pressed > 1 and isinstance(unraisable.exc_value, KeyboardInterrupt):
+                logger.debug("second Ctrl-C raised inside a TVM callback", exc_info=(
+                    unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback))
+                return
+            previous_hook(unraisable)
+        return hook
 
 
 @contextlib.contextmanager
