@@ -134,6 +134,7 @@ def tune(
     write_error = None
     if hasattr(runner, "stop_tune_with"):  # a runner that loses its devices (rpc_tracker)
         runner.stop_tune_with(lambda: setattr(budget, "left", 0))
+        guard.on_abort.append(runner.close)  # a second Ctrl-C ends its waits at once
     try:
         if contexts:
             tracker = TuningProgress(

@@ -33,6 +33,7 @@ class InterruptGuard:
     def __init__(self, budget: TrialBudget):
         self.budget = budget
         self.pressed = 0
+        self.on_abort: list = []  # called on the second Ctrl-C (an RPC runner's close)
 
     def _on_sigint(self, signum, frame):  # pylint: disable=unused-argument
         self.pressed += 1
@@ -41,6 +42,8 @@ class InterruptGuard:
             logger.warning("interrupted: finishing the candidates in flight and keeping their "
                            "records; press Ctrl-C again to stop at once")
         else:
+            for abort in self.on_abort:  # end the waits of candidates in flight
+                abort()
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
