@@ -166,9 +166,12 @@ def _records(work_dir) -> list:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_a_tune_whose_only_server_dies_ends_within_two_minutes_keeping_its_records(tmp_path):
-    """Issue 20: the tune hung for good when its only RPC server was killed mid-tune, and its
-    popen workers outlived it."""
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["left alone", "two Ctrl-C"])
+def test_a_tune_whose_only_server_dies_ends_within_two_minutes_keeping_its_records(ctrl_c,
+                                                                                  tmp_path):
+    """Issue 20: the tune hung for good when its only RPC server was killed mid-tune, two Ctrl-C
+    did not end it, and its popen workers outlived it. Left alone it now stops with one line
+    (exit 1); two Ctrl-C end it at once (exit 130)."""
     psutil = pytest.importorskip("psutil")
     port, processes, _ = _start_rpc(tmp_path, "k1", 1)
     work_dir = tmp_path / "work"
@@ -187,6 +190,10 @@ def test_a_tune_whose_only_server_dies_ends_within_two_minutes_keeping_its_recor
         workers = psutil.Process(tune.pid).children(recursive=True)
         _signal_group(processes[1], signal.SIGKILL)  # the server and its popen workers
         before, killed_at = len(_records(work_dir)), time.monotonic()
+        if ctrl_c:
+            for _ in range(2):
+                time.sleep(1.5)
+                tune.send_signal(signal.SIGINT)
         out, err = tune.communicate(timeout=180)
         took = time.monotonic() - killed_at
     finally:
@@ -194,12 +201,17 @@ def test_a_tune_whose_only_server_dies_ends_within_two_minutes_keeping_its_recor
             tune.kill()
         _stop_rpc(processes)
     assert took < 120, f"the tune took {took:.0f} s to end after its server died:\n{err[-3000:]}"
-    assert tune.returncode == 1, (out, err)
-    failed = [line for line in err.splitlines() if line.startswith("quantfuse: failed:")]
-    assert len(failed) == 1 and "Traceback" not in err and "quantfuse: error" not in err, err
-    assert "no RPC server left under key 'k1'" in failed[0], err
-    assert f"keeps {len(_records(work_dir))} records" in failed[0], err
-    assert "run the same command again to resume" in failed[0], err
+    assert "Traceback" not in err and "quantfuse: error" not in err, err
+    if ctrl_c:
+        assert tune.returncode == 130, (out, err)
+        assert f"keeps {len(_records(work_dir))} records" in err.splitlines()[-1], err
+    else:
+        assert tune.returncode == 1, (out, err)
+        failed = [line for line in err.splitlines() if line.startswith("quantfuse: failed:")]
+        assert len(failed) == 1, err
+        assert "no RPC server left under key 'k1'" in failed[0], err
+        assert f"keeps {len(_records(work_dir))} records" in failed[0], err
+        assert "run the same command again to resume" in failed[0], err
     lines = _records(work_dir)
     assert len(lines) >= before and all(json.loads(line) for line in lines)
     assert len(ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)) == len(lines)
