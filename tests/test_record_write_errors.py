@@ -17,8 +17,7 @@ from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
 from relay_ext.tuning.record_writes import RecordWriteCheck
 from relay_ext.tuning.work_dir import RECORD_FILE, WORKLOAD_FILE, repair_database
-from helpers import small_search
-from test_work_dir_lock import small_database
+from helpers import small_database, small_search
 
 LLVM = "llvm -num-cores 1"
 PADDED_BYTES = 1 << 20  # more than any other file a tune of mlp writes (its built .so files)

@@ -11,9 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import tvm
 from tvm import meta_schedule as ms
-from tvm import te, tir
 
 from relay_ext import cli
 from relay_ext.tuning.work_dir import (
@@ -25,7 +23,7 @@ from relay_ext.tuning.work_dir import (
     repair_database,
     tuning_lock,
 )
-from helpers import one_error_line
+from helpers import one_error_line, small_database
 
 ROOT = Path(__file__).resolve().parents[1]
 LLVM = "llvm -num-cores 1"
@@ -74,20 +72,6 @@ def test_a_second_tune_is_refused_while_the_first_finishes_with_its_database_who
                                          "records": 2, "broken_workloads": 0, "broken_records": 0}
     assert len(ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)) == 2
     assert lock_holder(work_dir) is None  # released when the first tune ended
-
-
-def small_database(work_dir: Path, records: int) -> None:
-    """A JSON database of ``records`` records of one small workload, made without tuning."""
-    a = te.placeholder((8, 8), "float32", name="a")
-    b = te.compute((8, 8), lambda i, j: a[i, j] * 2.0, name="b")
-    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
-    database = ms.database.JSONDatabase(work_dir=str(work_dir))
-    workload = database.commit_workload(mod)
-    trace = tir.Schedule(mod).trace
-    for i in range(records):
-        database.commit_tuning_record(ms.database.TuningRecord(
-            trace, workload, [1e-3 * (i + 1)], tvm.target.Target("llvm"),
-            ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
 
 
 def test_readers_take_a_snapshot_while_a_tune_holds_the_lock_and_a_killed_holder_frees_it(
