@@ -1,8 +1,11 @@
 """Helpers shared by the tests that tune or drive the CLI."""
 
+from pathlib import Path
 from typing import Optional
 
+import tvm
 from tvm import meta_schedule as ms
+from tvm import te, tir
 
 
 def small_search() -> ms.search_strategy.EvolutionarySearch:
@@ -68,3 +71,17 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     target = model_args[model_args.index("--target") + 1]
     lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, target)
     assert worst_steps(loaded, lib) <= max_steps + tolerance
+
+
+def small_database(work_dir: Path, records: int) -> None:
+    """A JSON database of ``records`` records of one small workload, made without tuning."""
+    a = te.placeholder((8, 8), "float32", name="a")
+    b = te.compute((8, 8), lambda i, j: a[i, j] * 2.0, name="b")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    workload = database.commit_workload(mod)
+    trace = tir.Schedule(mod).trace
+    for i in range(records):
+        database.commit_tuning_record(ms.database.TuningRecord(
+            trace, workload, [1e-3 * (i + 1)], tvm.target.Target("llvm"),
+            ms.arg_info.ArgInfo.from_prim_func(mod["main"])))

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,11 +16,22 @@ from relay_ext import cli
 from relay_ext.tuning import rpc_tracker
 from relay_ext.cli import commands as cli_commands
 from relay_ext.tuning.work_dir import RECORD_FILE
+from tvm import meta_schedule as ms
 from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 1"
 TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 KEY = "quantfuse-test"
+ROOT = Path(__file__).resolve().parents[1]
+CHILD_TUNE = """
+import sys
+sys.path.insert(0, "tests")
+from helpers import small_search
+from relay_ext import cli
+from relay_ext.cli import commands
+commands.search_strategy = small_search
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
 
 def _free_port() -> int:
@@ -28,10 +40,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def tracker(tmp_path_factory):
-    """A TVM RPC tracker and two servers registered under KEY; yields (port, server log paths)."""
-    logs = tmp_path_factory.mktemp("rpc")
+def _start_rpc(logs, key: str, servers: int):
+    """A TVM RPC tracker and ``servers`` servers under ``key``, each process in its own group;
+    returns (tracker port, processes: the tracker first, server log paths)."""
     port = _free_port()
     processes = [subprocess.Popen(
         [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
@@ -39,37 +50,52 @@ def tracker(tmp_path_factory):
         stdout=open(logs / "tracker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)]
     server_logs = []
     try:
-        for i in range(2):
+        for i in range(servers):
             server_port = _free_port()
             server_logs.append(logs / f"server{i}.log")
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
-                 "--key", KEY, "--host", "127.0.0.1", "--port", str(server_port),
+                 "--key", key, "--host", "127.0.0.1", "--port", str(server_port),
                  "--port-end", str(server_port + 1)],
                 stdout=open(server_logs[-1], "w"), stderr=subprocess.STDOUT,
                 start_new_session=True))  # its own group: its popen workers go with it
-        address = rpc_tracker.RpcAddress("127.0.0.1", port, KEY)
+        address = rpc_tracker.RpcAddress("127.0.0.1", port, key)
         deadline = time.monotonic() + 120
         while True:
             try:
-                if rpc_tracker.check_tracker(address, timeout_s=2) == 2:
+                if rpc_tracker.check_tracker(address, timeout_s=2) == servers:
                     break
             except rpc_tracker.TrackerError:
                 pass
             assert time.monotonic() < deadline, "the RPC tracker and servers did not come up"
             time.sleep(0.5)
+    except BaseException:
+        _stop_rpc(processes)
+        raise
+    return port, processes, server_logs
+
+
+def _stop_rpc(processes) -> None:
+    # Each server starts TVM popen workers of its own; terminating the server alone left three
+    # of them (250 MB each) running after every test session, so the whole group goes.
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(process, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory):
+    """A TVM RPC tracker and two servers registered under KEY; yields (port, server log paths)."""
+    port, processes, server_logs = _start_rpc(tmp_path_factory.mktemp("rpc"), KEY, 2)
+    try:
         yield port, server_logs
     finally:
-        # Each server starts TVM popen workers of its own; terminating the server alone left three
-        # of them (250 MB each) running after every test session, so the whole group goes.
-        for process in processes:
-            _signal_group(process, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(process, signal.SIGKILL)
+        _stop_rpc(processes)
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
@@ -133,3 +159,62 @@ def test_malformed_rpc_address(text, fragment, tmp_path, capsys):
     assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
                      "--rpc", text]) == 2
     one_error_line(capsys, "--rpc", fragment)
+
+
+def _records(work_dir) -> list:
+    path = work_dir / RECORD_FILE
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["left alone", "two Ctrl-C"])
+def test_a_tune_whose_only_server_dies_ends_within_two_minutes_keeping_its_records(ctrl_c,
+                                                                                  tmp_path):
+    """Issue 20: the tune hung for good when its only RPC server was killed mid-tune, two Ctrl-C
+    did not end it, and its popen workers outlived it. Left alone it now stops with one line
+    (exit 1); two Ctrl-C end it at once (exit 130)."""
+    psutil = pytest.importorskip("psutil")
+    port, processes, _ = _start_rpc(tmp_path, "k1", 1)
+    work_dir = tmp_path / "work"
+    tune = None
+    try:
+        tune = subprocess.Popen(
+            [sys.executable, "-c", CHILD_TUNE, "tune", "--model", "mlp", "--target", LLVM,
+             "--work-dir", str(work_dir), "--trials", "12", "--seed", "0",
+             "--rpc", f"127.0.0.1:{port}:k1"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 600
+        while len(_records(work_dir)) < 2:
+            assert tune.poll() is None, tune.communicate()
+            assert time.monotonic() < deadline, "no records in 600 s"
+            time.sleep(0.2)
+        workers = psutil.Process(tune.pid).children(recursive=True)
+        _signal_group(processes[1], signal.SIGKILL)  # the server and its popen workers
+        before, killed_at = len(_records(work_dir)), time.monotonic()
+        if ctrl_c:
+            for _ in range(2):
+                time.sleep(1.5)
+                tune.send_signal(signal.SIGINT)
+        out, err = tune.communicate(timeout=180)
+        took = time.monotonic() - killed_at
+    finally:
+        if tune is not None:
+            tune.kill()
+        _stop_rpc(processes)
+    assert took < 120, f"the tune took {took:.0f} s to end after its server died:\n{err[-3000:]}"
+    assert "Traceback" not in err and "quantfuse: error" not in err, err
+    if ctrl_c:
+        assert tune.returncode == 130, (out, err)
+        assert f"keeps {len(_records(work_dir))} records" in err.splitlines()[-1], err
+    else:
+        assert tune.returncode == 1, (out, err)
+        failed = [line for line in err.splitlines() if line.startswith("quantfuse: failed:")]
+        assert len(failed) == 1, err
+        assert "no RPC server left under key 'k1'" in failed[0], err
+        assert f"keeps {len(_records(work_dir))} records" in failed[0], err
+        assert "run the same command again to resume" in failed[0], err
+    lines = _records(work_dir)
+    assert len(lines) >= before and all(json.loads(line) for line in lines)
+    assert len(ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)) == len(lines)
+    time.sleep(1)
+    alive = [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [p.cmdline() for p in alive]  # no popen worker outlived the tune

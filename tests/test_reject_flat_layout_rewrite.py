@@ -2,7 +2,6 @@
 dimension never wins a tune with ``ours``, and a database that holds one as a task's best still
 compiles (with the next record) instead of failing in TOPI's dense."""
 
-import numpy as np
 import pytest
 import tvm
 from tvm import meta_schedule as ms
@@ -183,4 +182,4 @@ def test_a_workload_whose_only_record_is_flat_is_left_to_tvm(mlp, flat_dense):
     assert "TVM's default schedule" in str(chosen.skipped[0])
     assert not chosen.database.get_all_tuning_records()
     output = run_module(compile_model(database, mlp.mod, mlp.params, AVX2), mlp.inputs)[0]
-    assert np.isfinite(output).all()
+    assert step_error(output, mlp.run_reference(), mlp.output_scale).max_steps <= 3 + 1e-3

@@ -56,8 +56,9 @@ def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
             print(step_error(out, expected, m.output_scale).max_steps)
     """).split()
     assert out[0] == "True"
-    if HOST_HAS_VNNI:
-        assert float(out[1]) <= 3, f"{out[1]} steps from PyTorch"
+    if not HOST_HAS_VNNI:  # the build half passed; the accuracy half needs VNNI to run
+        pytest.skip("built with vpdpbusd; not run against PyTorch: this CPU has no AVX-512 VNNI")
+    assert float(out[1]) <= 3, f"{out[1]} steps from PyTorch"
 
 
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="runs VNNI code: this CPU has no AVX-512 VNNI")

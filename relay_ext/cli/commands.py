@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from . import EXIT_INTERRUPTED
 from .inputs import (
     check_model,
     check_runs_here,
+    closed_after,
     is_model_file,
     load_model,
     resolve_target,
@@ -18,6 +20,7 @@ from .inputs import (
     run_description,
     warn_if_generic_llvm,
     work_dir_checked,
+    work_dir_locked,
     writable_dir,
 )
 from .parser import BadInput
@@ -88,11 +91,6 @@ def measured_line(summary: dict) -> str:
 
 
 def cmd_tune(args) -> int:
-    import time
-
-    from relay_ext.tuning import read_tuning_summary, tune
-    from relay_ext.tuning.work_dir import repair_database
-
     started = time.monotonic()  # --minutes counts from here: loading the model is part of it
     if args.trials is None and args.minutes is None:
         raise BadInput("tune needs a budget: --trials N, --minutes M or both")
@@ -102,6 +100,16 @@ def cmd_tune(args) -> int:
         check_runs_here(run.target)
     runner = rpc_runner(args.rpc)
     work_dir = writable_dir(args.work_dir)
+    # One tune per work dir, locked before repair touches its files; the RPC runner's popen
+    # workers are killed on every way out (Ctrl-C included).
+    with work_dir_locked(work_dir), closed_after(runner):
+        return _tune_into(args, run, runner, work_dir, started)
+
+
+def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
+    from relay_ext.tuning import read_tuning_summary, tune
+    from relay_ext.tuning.work_dir import repair_database
+
     before = work_dir_checked(repair_database, work_dir)
     work_dir_checked(run.check_same_run, work_dir)
     remaining = None if args.trials is None else args.trials - before["records"]

@@ -5,11 +5,12 @@ Target, a :class:`~relay_ext.tuning.work_dir.RunDescription`, a loaded model."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 from .parser import BadInput
 
@@ -109,6 +110,9 @@ def check_model(args) -> None:
             raise BadInput(f"unknown model {args.model!r}; built-in models: "
                            f"{', '.join(models.available_models())} (or a TorchScript, ONNX or .pt2 file)")
         return
+    if os.path.isdir(args.model):
+        raise BadInput(f"--model {args.model} is a directory; pass a TorchScript (.pt), ONNX (.onnx) "
+                       f"or PT2E (.pt2) file, or a built-in model ({', '.join(models.available_models())})")
     if not (is_onnx(args.model) or is_pt2e(args.model)) or args.input_shape:
         parse_shape(args.input_shape)
     if not os.path.isfile(args.model):
@@ -192,8 +196,32 @@ def work_dir_checked(check, *args):
         raise BadInput(str(error)) from None
 
 
+@contextlib.contextmanager
+def work_dir_locked(work_dir: Path) -> Iterator[None]:
+    """The work dir's tuning lock held for the block; another tune holding it is BadInput."""
+    from relay_ext.tuning.work_dir import WorkDirBusy, tuning_lock
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(tuning_lock(work_dir))
+        except WorkDirBusy as error:
+            raise BadInput(str(error)) from None
+        yield
+
+
+@contextlib.contextmanager
+def closed_after(runner) -> Iterator[None]:
+    """``runner.close()`` after the block, however it ends (a runner that has one)."""
+    try:
+        yield
+    finally:
+        if hasattr(runner, "close"):
+            runner.close()
+
+
 def rpc_runner(rpc: Optional[str]):
-    """'local', or MetaSchedule's RPCRunner for --rpc once the tracker answered."""
+    """'local', or for --rpc once the tracker answered a runner measuring on its servers
+    (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune)."""
     from relay_ext.tuning import rpc_tracker
 
     if rpc is None:

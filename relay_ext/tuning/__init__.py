@@ -7,8 +7,9 @@
 
 Around MetaSchedule: :mod:`.skip_measured_search` (never measure a recorded candidate; the trial
 budget), :mod:`.progress` (progress per batch), :mod:`.guards` (Ctrl-C, seeds, runner threads),
-:mod:`.rpc_tracker` (measuring on a TVM RPC tracker's devices), :mod:`.work_dir` (the work dir's
-files, what it was tuned for, and its database, repaired and opened).
+:mod:`.rpc_tracker` (measuring on a TVM RPC tracker's devices, surviving servers that die),
+:mod:`.record_writes` (write errors while records are appended), :mod:`.work_dir` (the work dir's
+files, its lock, what it was tuned for, and its database, repaired and opened).
 """
 
 from .build import compile_model, copy_module, graph_module, run_module

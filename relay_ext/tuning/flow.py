@@ -24,9 +24,11 @@ from ..lowering.config import build_candidate
 from ..lowering.targets import check_runs_here, normalize_target
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
+from .record_writes import RecordWriteCheck
+from .rpc_tracker import MeasuringStopped
 from .skip_measured_search import RecordIndex, TrialBudget
 from .tasks import StrategyLike, TaskReport, lowered_tasks, tune_contexts
-from .work_dir import SUMMARY_FILE
+from .work_dir import SUMMARY_FILE, holds_tuning_lock
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ def make_runner(runner: RunnerLike) -> ms.runner.Runner:
                      f"RPCRunner), got {runner!r}")
 
 
+@holds_tuning_lock  # one tune per work dir (work_dir.tuning_lock)
 def tune(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
@@ -161,6 +164,12 @@ def tune(
         "records_before": records_before,
     }
     guard = InterruptGuard(budget)
+    # A write MetaSchedule could not make (disk full...) stops the tune; see record_writes.
+    writes = RecordWriteCheck(work_dir, database, stop=budget.stop)
+    write_error = None
+    if hasattr(runner, "stop_tune_with"):  # a runner that loses its devices (rpc_tracker)
+        runner.stop_tune_with(budget.stop)
+        guard.on_abort.append(runner.close)  # a second Ctrl-C ends its waits at once
     try:
         if contexts:
             tracker = TuningProgress(
@@ -184,13 +193,14 @@ def tune(
                         task_scheduler=ms.task_scheduler.GradientBased(
                             seed=-1 if seed is None else int(seed)),
                         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                           tracker],
+                                           tracker, writes],
                     )
                 except Exception:  # a second Ctrl-C surfaces as whatever TVM made of it
                     if guard.pressed:
                         raise TuningInterrupted() from None
                     raise
     finally:  # also on Ctrl-C: the summary says what the work dir holds
+        write_error = writes.finish()
         summary["records"] = len(database)
         summary["interrupted"] = bool(guard.pressed)
         summary["time_budget_spent"] = bool(budget.time_up)
@@ -198,7 +208,17 @@ def tune(
         summary["ended_early"] = [{"task": name, "why": why} for name, why in budget.ended_tasks]
         summary["wall_s"] = round(time.monotonic() - start, 1)
         _add_measured(summary, reports, contexts, database)
-        (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        try:
+            (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        except OSError:
+            if write_error is None:
+                raise  # else the disk is full: the records are what matters, and they are whole
+    if write_error is not None:
+        raise write_error
+    lost = runner.lost() if hasattr(runner, "lost") else None
+    if lost:
+        raise MeasuringStopped(f"{lost}; {work_dir} keeps {len(database)} records (the database "
+                               "loads); start a server and run the same command again to resume")
     if guard.pressed:
         raise TuningInterrupted()
     untuned = summary["left_to_default_schedule"]

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import Optional
 
@@ -32,14 +33,17 @@ class InterruptGuard:
     def __init__(self, budget: TrialBudget):
         self.budget = budget
         self.pressed = 0
+        self.on_abort: list = []  # called on the second Ctrl-C (an RPC runner's close)
 
     def _on_sigint(self, signum, frame):  # pylint: disable=unused-argument
         self.pressed += 1
         if self.pressed == 1:
-            self.budget.left = 0
+            self.budget.stop()
             logger.warning("interrupted: finishing the candidates in flight and keeping their "
                            "records; press Ctrl-C again to stop at once")
         else:
+            for abort in self.on_abort:  # end the waits of candidates in flight
+                abort()
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
@@ -48,10 +52,25 @@ class InterruptGuard:
             yield self
             return
         previous = signal.signal(signal.SIGINT, self._on_sigint)
+        previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._quiet_second_interrupt(previous_hook)
         try:
             yield self
         finally:
             signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_hook
+
+    def _quiet_second_interrupt(self, previous_hook):
+        """The second Ctrl-C's KeyboardInterrupt, raised inside a Python callback TVM called
+        through ctypes, is "ignored" there with a printed traceback (issue 20); the tune still
+        stops and says so in one line, so that traceback is not shown."""
+        def hook(unraisable):
+            if self.pressed > 1 and isinstance(unraisable.exc_value, KeyboardInterrupt):
+                logger.debug("second Ctrl-C raised inside a TVM callback", exc_info=(
+                    unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback))
+                return
+            previous_hook(unraisable)
+        return hook
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
     address = parse_rpc_address("127.0.0.1:9190:cpu")
     servers = check_tracker(address)        # TrackerError within seconds when nobody answers
-    runner = rpc_runner(address, servers)   # MetaSchedule's RPCRunner, for tuning.tune(runner=...)
+    runner = rpc_runner(address, servers)   # a MetaSchedule runner, for tuning.tune(runner=...)
+    runner.close()                          # after the tune: no popen worker outlives it
 
 The tracker and servers are TVM's own::
 
@@ -13,17 +14,37 @@ The tracker and servers are TVM's own::
 client retries a refused connection for a minute and waits forever on a silent one), and counts
 the servers registered under the key, so a wrong address or key is a clear error before any
 tuning starts.
+
+**Servers that die** (issue 20). MetaSchedule's own RPCRunner waits forever on a candidate whose
+popen worker is stuck asking the tracker for a server that will never come (its pool has no
+timeout), so a tune whose only server died hung, and its popen workers outlived it.
+:class:`WatchedRPCRunner` measures with TVM's own per-candidate function in a pool whose jobs time
+out (``session_timeout_s``), and while it waits on a candidate it asks the tracker every
+``poll_s`` seconds whether a server is left under the key: a candidate on a server that died is
+recorded as a failed run and the others go on on the servers left; when none is left twice in a
+row, every waiting candidate ends as a failed run, the tune is told to stop (``stop_tune_with``),
+its stuck popen workers are killed, and :func:`relay_ext.tuning.tune` raises
+:class:`MeasuringStopped` after keeping every record. :meth:`WatchedRPCRunner.close` kills the
+pool's workers (the CLI calls it on every exit, Ctrl-C included).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 import struct
-from typing import Optional
+import threading
+import time
+from typing import Callable, List, Optional
 
 from tvm import meta_schedule as ms
+from tvm.contrib.popen_pool import PopenPoolExecutor
+from tvm.meta_schedule.runner.rpc_runner import _worker_func as measure_on_rpc_server
+from tvm.meta_schedule.utils import derived_object
 from tvm.rpc import base
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -103,10 +124,154 @@ def check_tracker(address: RpcAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     return count
 
 
+class MeasuringStopped(RuntimeError):
+    """A tune stopped because no device is left to measure on; its records are kept."""
+
+
 def rpc_runner(address: RpcAddress, max_workers: Optional[int] = None,
-               session_timeout_s: int = 60) -> ms.runner.RPCRunner:
-    """MetaSchedule's RPCRunner measuring on the tracker's servers of ``address.key``
-    (``max_workers``: candidates measured at once; the number of servers is a good value)."""
-    config = ms.runner.RPCConfig(tracker_host=address.host, tracker_port=address.port,
-                                 tracker_key=address.key, session_timeout_sec=session_timeout_s)
-    return ms.runner.RPCRunner(rpc_config=config, max_workers=max_workers)
+               session_timeout_s: int = 60) -> "WatchedRPCRunner":
+    """A runner measuring on the tracker's servers of ``address.key`` (``max_workers``:
+    candidates measured at once; the number of servers is a good value) that survives servers
+    that die (:class:`WatchedRPCRunner`)."""
+    return WatchedRPCRunner(address, max_workers=max_workers, session_timeout_s=session_timeout_s)
+
+
+class ServerWatch:
+    """Whether the tracker still has a server under the key, asked at most every ``poll_s``
+    seconds; ``gone`` (the reason) once two answers in a row said none (or the tracker is gone)."""
+
+    def __init__(self, address: RpcAddress, poll_s: float):
+        self.address = address
+        self.poll_s = poll_s
+        self.gone: Optional[str] = None
+        self.on_gone: List[Callable[[], None]] = []
+        self._misses = 0
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def check(self, now: bool = False) -> Optional[str]:
+        """``gone``, asking the tracker first when ``poll_s`` has passed (or ``now``)."""
+        with self._lock:
+            if self.gone is not None or (not now and time.monotonic() - self._last < self.poll_s):
+                return self.gone
+            self._last = time.monotonic()
+            try:
+                check_tracker(self.address, timeout_s=min(DEFAULT_TIMEOUT_S, self.poll_s))
+                self._misses = 0
+                return None
+            except TrackerError as error:
+                self._misses += 1
+                if self._misses < 2:
+                    return None
+                self.gone = (f"no RPC server left under key {self.address.key!r} at tracker "
+                             f"{self.address.host}:{self.address.port}")
+                logger.debug("%s", error)
+        logger.info("%s; stopping the tune", self.gone)  # the error the tune raises says it
+        for callback in self.on_gone:
+            callback()
+        return self.gone
+
+    def confirm(self) -> Optional[str]:
+        """After a candidate failed (its server may have died): ask the tracker now, and once
+        more a second later when it had no server, so a tune whose last server died stops after
+        this batch, not two batches later."""
+        if self.check(now=True) is None and self._misses:
+            time.sleep(1.0)
+            self.check(now=True)
+        return self.gone
+
+
+@derived_object
+class WatchedRPCFuture(ms.runner.PyRunnerFuture):
+    """One candidate measured on an RPC server: its result, or a failed run when its job timed out,
+    failed, or no server is left (never a wait without end)."""
+
+    def __init__(self, future, watch: ServerWatch, timeout_s: float):
+        super().__init__()
+        self.future = future
+        self.watch = watch
+        self.timeout_s = timeout_s
+
+    def done(self) -> bool:
+        return self.future.done() or self.watch.gone is not None
+
+    def result(self) -> ms.runner.RunnerResult:
+        while not self.future.done():
+            if self.watch.check() is not None:
+                self.future.cancel()
+                return ms.runner.RunnerResult(None, error_msg=f"RPCRunner: {self.watch.gone}")
+            try:
+                self.future.result(timeout=self.watch.poll_s)
+            except Exception:  # pylint: disable=broad-except
+                pass  # a wait that timed out, or the job's own error: read below
+        try:
+            return ms.runner.RunnerResult(self.future.result(), None)
+        except TimeoutError:
+            return ms.runner.RunnerResult(
+                None, error_msg=f"RPCRunner: Timeout, killed after {self.timeout_s} seconds")
+        except Exception as error:  # pylint: disable=broad-except
+            self.watch.confirm()  # a server that died fails its candidate at once
+            return ms.runner.RunnerResult(None, error_msg=f"RPCRunner: {error}")
+
+
+@derived_object
+class WatchedRPCRunner(ms.runner.PyRunner):
+    """MetaSchedule's RPC measurement (TVM's own per-candidate function) with bounded waits; see
+    the module docstring."""
+
+    def __init__(self, address: RpcAddress, max_workers: Optional[int] = None,
+                 session_timeout_s: int = 60, poll_s: float = 5.0):
+        super().__init__()
+        self.address = address
+        self.rpc_config = ms.runner.RPCConfig._normalized(ms.runner.RPCConfig(  # pylint: disable=protected-access
+            tracker_host=address.host, tracker_port=address.port, tracker_key=address.key,
+            session_timeout_sec=session_timeout_s))
+        self.evaluator_config = ms.runner.EvaluatorConfig._normalized(None)  # pylint: disable=protected-access
+        self.timeout_s = session_timeout_s
+        self.pool = PopenPoolExecutor(max_workers=max(1, int(max_workers or 1)),
+                                      timeout=session_timeout_s)
+        self.watch = ServerWatch(address, poll_s)
+        self.closed = False
+        self.watch.on_gone.append(self._kill_workers)  # stuck asking the tracker: end them
+
+    def run(self, runner_inputs):
+        futures = []
+        for runner_input in runner_inputs:
+            args = (None, None, None, None, None, self.rpc_config, self.evaluator_config, 1,
+                    str(runner_input.artifact_path), str(runner_input.device_type),
+                    tuple(arg_info.as_json() for arg_info in runner_input.args_info))
+            future = self.pool._threadpool.submit(self._measure, args)  # pylint: disable=protected-access
+            futures.append(WatchedRPCFuture(future, self.watch, self.timeout_s))
+        return futures
+
+    def _measure(self, args):
+        """In a pool thread: TVM's RPC measurement in a popen worker (timed out by the pool), or
+        a failure at once when no server is left (no new worker started to wait on the tracker)."""
+        if self.closed:
+            raise RuntimeError("the runner was closed")
+        if self.watch.gone is not None:
+            raise RuntimeError(self.watch.gone)
+        return self.pool._worker_run(measure_on_rpc_server, args, {})  # pylint: disable=protected-access
+
+    def stop_tune_with(self, stop: Callable[[], None]) -> None:
+        """``stop()`` is called when no server is left (tune() passes its budget's)."""
+        self.watch.on_gone.append(stop)
+
+    def lost(self) -> Optional[str]:
+        """Why measuring stopped (no server left), or None."""
+        return self.watch.gone
+
+    def _kill_workers(self) -> None:
+        with self.pool._lock:  # pylint: disable=protected-access
+            workers = list(self.pool._worker_map.values())  # pylint: disable=protected-access
+        for worker in workers:
+            try:
+                worker.kill()
+            except (OSError, ImportError):
+                pass
+
+    def close(self) -> None:
+        """Kill the pool's popen workers and end its threads (no process outlives the tune)."""
+        self.closed = True  # a job a pool thread takes from now on fails without a worker
+        self.pool._threadpool.shutdown(wait=False, cancel_futures=True)  # pylint: disable=protected-access
+        self._kill_workers()

@@ -170,6 +170,12 @@ class TrialBudget:
         return self.left_at_deadline > 0 and (
             self.late_until is None or time.monotonic() < self.late_until)
 
+    def stop(self) -> None:
+        """Hand out nothing more, late first batches included (Ctrl-C, a failed write, no device
+        left): the batches in flight finish and the tune ends."""
+        self.left = 0
+        self.left_at_deadline = 0
+
     def retire(self, task_name: str, why: str) -> None:
         """A task ended before the budget did: the tasks still running share what is left."""
         self.ended_tasks.append((task_name, why))

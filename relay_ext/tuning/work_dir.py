@@ -11,6 +11,13 @@
 ``tuning_summary.json`` (what :func:`relay_ext.tune` did to each task); ``logs/`` (one log per
 task, ``tvm.log`` for TVM's native lines); ``report.md`` and ``latency.png`` (``bench``).
 
+**Lock.** A tune holds an exclusive ``fcntl.flock`` on ``quantfuse.lock`` while it writes
+(:func:`tuning_lock`); a second tune of the same work dir is refused with :class:`WorkDirBusy`,
+naming the process that holds it. The kernel drops the lock when that process ends, however it
+ends, so a killed tune never leaves the work dir locked. Readers (bench, compile) take no lock:
+while a tune writes, :func:`open_tuned_database` reads a snapshot of the complete lines (never
+repairing files another process is appending to).
+
 **Repair.** A killed tuning process can leave a half-written last line in
 ``database_workload.json`` or ``database_tuning_record.json``; MetaSchedule's JSONDatabase then
 refuses to load the work dir. :func:`repair_database` keeps every complete line, moves the broken
@@ -26,13 +33,22 @@ Line shapes (TVM 0.19, ``src/meta_schedule/database/json_database.cc``)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
+import functools
+import inspect
 import json
 import logging
 import os
+import shutil
+import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 from tvm.target import Target
 
@@ -46,6 +62,7 @@ LOG_DIR = "logs"
 TVM_LOG_FILE = "tvm.log"
 REPORT_FILE = "report.md"
 CHART_FILE = "latency.png"
+LOCK_FILE = "quantfuse.lock"
 
 PathLike = Union[str, os.PathLike]
 
@@ -56,6 +73,124 @@ class WorkDirError(ValueError):
 
 class NotADatabaseError(WorkDirError):
     """A database file whose complete lines are not MetaSchedule's."""
+
+
+class WorkDirBusy(WorkDirError):
+    """Another process is tuning into the work dir (it holds the work dir's lock)."""
+
+
+# --- the lock a tune holds while it writes -------------------------------------------------------
+
+# (resolved work dir, thread) -> [open lock file, depth]: re-entrant within one thread (the CLI
+# and tune() both take it); another thread of this process is refused like another process.
+_held: Dict[Tuple[str, int], List] = {}
+_held_guard = threading.Lock()
+
+
+def _key(work_dir: PathLike) -> Tuple[str, int]:
+    return str(Path(work_dir).resolve()), threading.get_ident()
+
+
+def lock_holder(work_dir: PathLike) -> Optional[str]:
+    """Who holds ``work_dir``'s lock ("process 123 (quantfuse tune ...) since 15:02:11 UTC"), or
+    None when no other process does (probed with a non-blocking shared lock, dropped at once)."""
+    path = Path(work_dir) / LOCK_FILE
+    if _key(work_dir) in _held or not path.exists():
+        return None
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _describe_holder(file.read())
+            except OSError:  # a filesystem without flock: nobody can be seen holding it
+                return None
+            fcntl.flock(file, fcntl.LOCK_UN)
+    except OSError:
+        return None
+    return None
+
+
+def _describe_holder(text: str) -> str:
+    try:
+        info = json.loads(text)
+        return f"process {info['pid']} ({info['command']}) since {info['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+@contextlib.contextmanager
+def tuning_lock(work_dir: PathLike) -> Iterator[None]:
+    """Hold ``work_dir``'s lock while the block writes its database; :class:`WorkDirBusy` when
+    another process holds it. Re-entrant within one process (the CLI and :func:`tune` both take
+    it), not across threads. Where the filesystem has no ``flock`` (some network filesystems) a warning is logged and
+    the block runs unlocked."""
+    work_dir = Path(work_dir)
+    key = _key(work_dir)
+    with _held_guard:
+        if key in _held:
+            _held[key][1] += 1
+            acquired = None
+        else:
+            acquired = _acquire(work_dir)
+            if acquired is not None:
+                _held[key] = [acquired, 1]
+    try:
+        yield
+    finally:
+        with _held_guard:
+            if key in _held:
+                _held[key][1] -= 1
+                if _held[key][1] == 0:
+                    file = _held.pop(key)[0]
+                    file.close()  # drops the flock
+
+
+def holds_tuning_lock(function):
+    """Decorates a function with a ``work_dir`` argument that writes a database there: it runs
+    holding :func:`tuning_lock` (the work dir is created first)."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+        work_dir = signature.bind(*args, **kwargs).arguments["work_dir"]
+        with tuning_lock(work_dir):
+            return function(*args, **kwargs)
+
+    return locked
+
+
+def _acquire(work_dir: Path):
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / LOCK_FILE
+    file = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        holder = _describe_holder(file.read())
+        file.close()
+        raise WorkDirBusy(f"work dir {str(work_dir)!r} is in use: {holder} is tuning into it; "
+                          "wait for it to end or pick another --work-dir") from None
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            file.close()
+            raise
+        logger.warning("%s: this filesystem cannot lock files (%s); nothing stops a second tune of "
+                       "this work dir", path, error.strerror)
+        file.close()
+        return None
+    command = " ".join(["quantfuse", *sys.argv[1:]]) if Path(sys.argv[0]).name == "quantfuse" \
+        else " ".join(sys.argv) or "python"
+    try:
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps({"pid": os.getpid(), "command": command[:200],
+                               "since": time.strftime("%H:%M:%S UTC", time.gmtime())}))
+        file.flush()
+    except OSError:  # a full disk: the lock holds all the same, only its note is missing
+        pass
+    return file
 
 
 # --- what a work dir was tuned for -----------------------------------------------------------------
@@ -130,12 +265,41 @@ def open_tuned_database(work_dir: PathLike):
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
         raise WorkDirError(f"work dir {str(work_dir)!r} does not exist; run 'quantfuse tune' first")
-    if not repair_database(work_dir)["records"]:
+    holder = lock_holder(work_dir)
+    snapshot = _complete_lines(work_dir) if holder else None
+    if not (snapshot[1] if snapshot else repair_database(work_dir)["records"]):
         raise WorkDirError(f"work dir {str(work_dir)!r} has no tuning database ({RECORD_FILE}); "
                            "run 'quantfuse tune --work-dir ...' first")
     run = recorded_run(work_dir)
     register_tensor_intrinsics(run.get("target") if run else None)
-    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+    if snapshot is None:
+        return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+    logger.warning("work dir %s is being tuned (%s); using the %d records it holds now",
+                   work_dir, holder, len(snapshot[1]))
+    copy = Path(tempfile.mkdtemp(prefix="quantfuse-snapshot-"))
+    try:
+        for name, lines in zip((WORKLOAD_FILE, RECORD_FILE), snapshot):
+            (copy / name).write_text("".join(line + "\n" for line in lines))
+        return ms.database.JSONDatabase(path_workload=str(copy / WORKLOAD_FILE),
+                                        path_tuning_record=str(copy / RECORD_FILE),
+                                        allow_missing=False)  # loaded into memory: copy can go
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def _complete_lines(work_dir: Path) -> Tuple[List[str], List[str]]:
+    """The complete workload and record lines of a database another process is appending to,
+    read without changing it: workloads first, so a record never points past the ones read."""
+    def read(name: str) -> str:
+        path = work_dir / name
+        return path.read_bytes().decode("utf-8", errors="replace") if path.exists() else ""
+
+    try:
+        workloads, _ = split_lines(read(WORKLOAD_FILE), _is_workload)
+        records, _ = split_lines(read(RECORD_FILE), _is_record, max_workload=len(workloads))
+    except NotADatabaseError as error:
+        raise NotADatabaseError(f"{work_dir} is not a MetaSchedule JSON database ({error})") from None
+    return workloads, records
 
 
 # --- repairing the database files --------------------------------------------------------------
