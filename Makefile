@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install clean
+.PHONY: test test-slow demo install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,13 @@ install: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile \
-	    --no-loadscope-reorder -m "not serial" tests
+	    --no-loadscope-reorder -m "not serial and not slow" tests
 	TOPHUB_LOCATION=NONE $(PY) -m pytest -q -m serial tests
+
+# The whole flows of a minute or more each (tests/conftest.py SLOW_TESTS); CI runs them after `test`.
+test-slow: $(STAMP)
+	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile \
+	    --no-loadscope-reorder -m "slow and not serial" tests
 
 demo: $(STAMP)
 	TOPHUB_LOCATION=NONE $(VENV)/bin/quantfuse demo
