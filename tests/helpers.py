@@ -1,5 +1,8 @@
 """Helpers shared by the tests that tune or drive the CLI."""
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -85,3 +88,24 @@ def small_database(work_dir: Path, records: int) -> None:
         database.commit_tuning_record(ms.database.TuningRecord(
             trace, workload, [1e-3 * (i + 1)], tvm.target.Target("llvm"),
             ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+
+
+# The VNNI tests' target; what the OS enables decides whether this host runs it, not the name LLVM
+# gives the CPU (relay_ext.lowering.targets).
+VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+
+
+def host_has_vnni() -> bool:
+    from relay_ext.lowering import targets
+
+    return targets.host_cpu_flags() is not None and not targets.missing_features(VNNI)
+
+
+def run_child(code: str) -> str:
+    """Run ``code`` in a fresh interpreter from the checkout (VNNI code that aborts or dies with
+    SIGILL takes only the child); its stdout, after asserting it exited 0."""
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                           text=True, timeout=900, check=False,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert child.returncode == 0, f"child exited {child.returncode}:\n{child.stderr[-3000:]}"
+    return child.stdout

@@ -5,28 +5,16 @@ into independent accumulators, only where the target has VNNI. Building VNNI cod
 process (as in test_vnni_intrinsics.py); running it needs a host whose OS enables AVX-512 VNNI.
 """
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import tvm
 from tvm import te, topi
 from tvm.topi.x86 import conv2d_avx_common
 
-from relay_ext.lowering import targets, vnni_conv_schedule
+from relay_ext.lowering import vnni_conv_schedule
+from helpers import VNNI, host_has_vnni, run_child
 
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
-HOST_HAS_VNNI = targets.host_cpu_flags() is not None and not targets.missing_features(VNNI)
-
-
-def _run_child(code: str) -> str:
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                           text=True, timeout=900, check=False,
-                           cwd=Path(__file__).resolve().parents[1])
-    assert child.returncode == 0, f"child exited {child.returncode}:\n{child.stderr[-3000:]}"
-    return child.stdout
+HOST_HAS_VNNI = host_has_vnni()
 
 
 def _lowered_conv(target: str, fused: bool = True) -> str:
@@ -88,7 +76,7 @@ def test_block_width_divides_the_row_within_the_register_budget(width, oc_bn, ex
 def test_vnni_conv_has_independent_accumulators_and_exact_outputs():
     """The conv's hot loop: how many registers vpdpbusd accumulates into, TOPI's schedule against
     ours; on a VNNI host, both builds run on the same random inputs and must agree exactly."""
-    out = _run_child(f"""
+    out = run_child(f"""
         import numpy as np, tvm
         from tvm import relay
         from tvm.topi.x86 import conv2d_avx_common

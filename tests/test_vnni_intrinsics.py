@@ -5,26 +5,13 @@ verifier, so each build here runs in a child process: a regression shows as a fa
 dead test run.
 """
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import tvm
-from relay_ext.lowering import targets, vnni_intrinsics
+from relay_ext.lowering import vnni_intrinsics
+from helpers import VNNI, host_has_vnni, run_child
 
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
-# What the OS enables decides, not the name LLVM gives the CPU (relay_ext.lowering.targets).
-HOST_HAS_VNNI = targets.host_cpu_flags() is not None and not targets.missing_features(VNNI)
-
-
-def _run_child(code: str) -> str:
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                           text=True, timeout=900, check=False,
-                           cwd=Path(__file__).resolve().parents[1])
-    assert child.returncode == 0, f"child exited {child.returncode}:\n{child.stderr[-3000:]}"
-    return child.stdout
+HOST_HAS_VNNI = host_has_vnni()
 
 
 def test_this_wheel_needs_byte_operands_and_install_registers_them():
@@ -39,7 +26,7 @@ def test_this_wheel_needs_byte_operands_and_install_registers_them():
 
 def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
     # TVM's default x86 int8 conv schedule tensorizes with TOPI's Cascade Lake intrinsic.
-    out = _run_child(f"""
+    out = run_child(f"""
         import tvm
         from relay_ext import models
         from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
@@ -63,7 +50,7 @@ def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
 
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="runs VNNI code: this CPU has no AVX-512 VNNI")
 def test_tuned_int8_model_tensorizes_with_vnni_and_matches_pytorch(tmp_path):
-    out = _run_child(f"""
+    out = run_child(f"""
         import sys
         sys.path.insert(0, "tests")
         from helpers import small_search
