@@ -20,6 +20,7 @@ from relay_ext.tuning.skip_measured_search import (
     SkipMeasuredSearch,
     TrialBudget,
     records_by_workload,
+    trace_key,
     workload_hash,
 )
 from relay_ext.tuning.work_dir import LOG_DIR
@@ -72,6 +73,53 @@ def test_an_exhausted_search_ends_without_another_round_and_retires_from_the_bud
     assert "exhausted" in search.ended and search.rounds == 1
     assert budget.tasks == 1 and budget.ended_tasks == [(small.task_name, search.ended)]
     assert search.generate_measure_candidates() is None and search.rounds == 1
+    context.post_tuning()
+
+
+class _CountingSearch:
+    """Wraps a search strategy and counts the rounds it is asked for."""
+
+    def __init__(self, inner):
+        self.inner, self.rounds = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate_measure_candidates(self):
+        self.rounds += 1
+        return self.inner.generate_measure_candidates()
+
+
+def test_under_a_time_budget_a_new_tasks_first_batch_is_drawn_at_random_not_searched():
+    _, large = _tasks(_small_and_large_task_module())
+    budget = TrialBudget(100, tasks=2, first_batch_cap=2)
+    inner = _CountingSearch(small_search())
+    search = SkipMeasuredSearch(inner, budget)
+    context = _context(large, search)
+    spaces = context.generate_design_space()
+    context.pre_tuning(max_trials=100, num_trials_per_iter=8, design_spaces=spaces,
+                       database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
+    first = search.generate_measure_candidates()
+    # Two candidates (the cap), valid schedules of the dense, and no round of the inner search.
+    assert first is not None and len(first) == 2 and inner.rounds == 0
+    assert search.random_first_batch and budget.left == 98
+    assert all(c.sch.mod["main"].body is not None for c in first)
+    search.notify_runner_results(first, [ms.runner.RunnerResult([1e-6], None) for _ in first])
+    # From the second batch on, the inner search proposes (and never the same trace again).
+    second = search.generate_measure_candidates()
+    assert inner.rounds == 1 and second
+    keys = {trace_key(c.sch.trace) for c in first}
+    assert not keys & {trace_key(c.sch.trace) for c in second}
+    context.post_tuning()
+
+    # Without a time budget (no first-batch cap) the inner search makes the first batch too.
+    inner = _CountingSearch(small_search())
+    search = SkipMeasuredSearch(inner, TrialBudget(100, tasks=2))
+    context = _context(large, search)
+    context.pre_tuning(max_trials=100, num_trials_per_iter=8, design_spaces=spaces,
+                       database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
+    assert search.generate_measure_candidates() and inner.rounds == 1
+    assert not search.random_first_batch
     context.post_tuning()
 
 
