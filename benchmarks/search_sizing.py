@@ -1,8 +1,8 @@
 """Model latency reached after M minutes of tuning: MetaSchedule's default search vs quantfuse's.
 
     python -m benchmarks.search_sizing [--model resnet18] [--image-size 224]
-        [--target 'llvm -mcpu=skylake-avx512 -num-cores 2'] [--minutes 1,5,15,60]
-        [--settings tvm,sized] [--seed 0]
+        [--target host] [--minutes 1,5,15,60] [--settings tvm,sized] [--seed 0]
+        [--keep-checkpoints DIR]
 
 For each search setting (relay_ext/tuning/search_sizing.py: ``tvm`` is MetaSchedule 0.19's
 EvolutionarySearch defaults, ``sized`` the CLI's default) one tune runs with a time budget of the
@@ -11,7 +11,9 @@ largest checkpoint (``tune(..., max_minutes=...)``, start-up included, as ``quan
 each copy is compiled and the model's latency measured (TVM's time_evaluator, median of
 ``--repeats`` rounds of ``--number`` runs). The table (latency reached, trials measured, seconds of
 wall time per measured trial) goes to docs/BENCHMARKS.md, its rows to
-benchmarks/results/search_sizing.json (one row per model, target, setting and budget).
+benchmarks/results/search_sizing.json (one row per model, target, setting and budget). With
+``--keep-checkpoints DIR`` the copies stay in ``DIR/<setting>/<M>min`` (each a work dir that
+``quantfuse bench --work-dir`` reads: the state of a tune of M minutes).
 
 The issue's table is ResNet-18 224 at 1, 5, 15 and 60 minutes on 2 cores: about 2 x 81 minutes
 of tuning plus the compiles. Run it on a quiet machine; numbers taken while other processes
@@ -26,7 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from benchmarks.markdown_report import (
     load_results,
@@ -36,6 +38,7 @@ from benchmarks.markdown_report import (
     write_section,
 )
 from relay_ext import models
+from relay_ext.lowering.targets import normalize_target
 from relay_ext.report.latency import tvm_timer
 from relay_ext.tuning import compile_model, tune
 from relay_ext.tuning.progress import ProgressSnapshot
@@ -81,9 +84,10 @@ def latency_ms(loaded, database_dir: Path, target: str, repeats: int, number: in
 
 
 def run_setting(loaded, target: str, setting: str, minutes: List[float], seed: int,
-                repeats: int, number: int) -> List[Dict]:
+                repeats: int, number: int, keep: Optional[Path] = None) -> List[Dict]:
     with tempfile.TemporaryDirectory(prefix=f"search-sizing-{setting}-") as tmp:
-        work_dir, copies = Path(tmp) / "work", Path(tmp) / "checkpoints"
+        work_dir = Path(tmp) / "work"
+        copies = keep / setting if keep is not None else Path(tmp) / "checkpoints"
         started = time.monotonic()
         checkpoints = Checkpoints(work_dir, copies, minutes, started)
         tune(loaded.mod, loaded.params, target, work_dir, max_minutes=max(minutes),
@@ -112,18 +116,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--target", default="llvm -mcpu=skylake-avx512 -num-cores 2")
+    parser.add_argument("--target", default="host",
+                        help="a TVM target, or host (default): this machine's best target")
     parser.add_argument("--minutes", default="1,5,15,60")
     parser.add_argument("--settings", default="tvm,sized")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--number", type=int, default=10)
+    parser.add_argument("--keep-checkpoints", type=Path, default=None,
+                        help="keep each checkpoint's work dir in DIR/<setting>/<M>min")
     args = parser.parse_args()
+    args.target = str(normalize_target(args.target))  # "host" -> what it means here
     minutes = [float(m) for m in args.minutes.split(",")]
     loaded = models.load(args.model, image_size=args.image_size)
     for setting in args.settings.split(","):
         for row in run_setting(loaded, args.target, setting, minutes, args.seed, args.repeats,
-                               args.number):
+                               args.number, args.keep_checkpoints):
             key = f"{args.model}/{args.image_size}/{args.target}/{setting}/{row['minutes']:g}"
             save_result(RESULTS, key, {**row, "model": args.model,
                                        "image_size": args.image_size, "target": args.target})
