@@ -2,16 +2,13 @@
 ONNX Runtime int8, after a tune of a given wall time.
 
     python -m benchmarks.cpu_vs_peers [--models resnet18,resnet50,mobilenet_v2] [--minutes 15]
-        [--image-size 224] [--threads 2] [--target host] [--step-trials 64] [--repeats 7]
+        [--image-size 224] [--threads 2] [--target host] [--repeats 7]
         [--number 5] [--work-root /tmp/quantfuse-cpu-vs-peers]
 
-Per model, as a user would: ``quantfuse tune --target host`` is run again and again on one work
-dir, each time with ``--step-trials`` more trials (tune resumes from the records it holds), until
-``--minutes`` of wall time have passed (the last step may overrun by one step; the tuning minutes
-actually spent are reported), then ``quantfuse bench --json`` times the four configurations in
-interleaved rounds on the same input with ``--threads`` threads each; TVM tuned is compiled under
-bench's never-slower rule (docs/cpu.md). The search is an evolutionary search of population 64
-(TVM's default of 2048 takes tens of seconds per round on 2 cores), as in the issue's figures.
+Per model, as a user would: ``quantfuse tune --target host --minutes M`` (the CLI's default
+search; the wall time it really took is reported), then ``quantfuse bench --json`` times the four
+configurations in interleaved rounds on the same input with ``--threads`` threads each; TVM tuned
+is compiled under bench's never-slower rule (docs/cpu.md).
 
 A rerun with the same --work-root resumes each model's tune. Each result is kept in
 ``benchmarks/results/cpu_vs_peers.json`` under its host class (from the CPU flags the OS enables:
@@ -32,13 +29,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                          utc_now, write_results_section)
 from relay_ext import cli
-from relay_ext.cli import commands as cli_commands
-from relay_ext.lowering.targets import host_cpu_flags, vector_flags
+from relay_ext.lowering.targets import host_cpu_flags
 from relay_ext.report.tables import machine_description
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_vs_peers.json"
@@ -64,12 +59,6 @@ CLASS_TITLES = {"amx": "AMX-INT8 (and AVX-512 VNNI)", "avx512_vnni": "AVX-512 VN
                 "avx512": "AVX-512 without VNNI", "avx2": "AVX2 only", "other": "no AVX2"}
 
 
-def search_strategy() -> ms.search_strategy.EvolutionarySearch:
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16,
-        genetic_num_iters=2, genetic_max_fail_count=4)
-
-
 def run_cli(argv: List[str]) -> str:
     """``quantfuse argv`` in this process; its stdout (raises on a non-zero exit)."""
     out = io.StringIO()
@@ -80,22 +69,13 @@ def run_cli(argv: List[str]) -> str:
     return out.getvalue()
 
 
-def tune_for(model_args: List[str], work_dir: Path, minutes: float, step: int,
-             seed: int) -> Dict:
-    """Tune in steps of ``step`` trials until ``minutes`` of wall time have passed."""
-    cli_commands.search_strategy = search_strategy
+def tune_for(model_args: List[str], work_dir: Path, minutes: float, seed: int) -> Dict:
+    """``quantfuse tune --minutes`` on ``work_dir`` (it resumes from the records there), with the
+    CLI's default search; the wall time it took and the records it left."""
     start = time.perf_counter()
-    trials = len_records(work_dir)
-    resumed_from = trials
-    while time.perf_counter() - start < 60 * minutes:
-        trials += step
-        run_cli(["tune", *model_args, "--work-dir", str(work_dir), "--trials", str(trials),
-                 "--seed", str(seed)])
-        got = len_records(work_dir)
-        print(f"  {work_dir.name}: {got} records, {time.perf_counter() - start:.0f} s",
-              flush=True)
-        if got < trials:  # the search ran out of new candidates
-            break
+    resumed_from = len_records(work_dir)
+    run_cli(["tune", *model_args, "--work-dir", str(work_dir), "--minutes", f"{minutes:g}",
+             "--seed", str(seed)])
     return {"tuning_s": round(time.perf_counter() - start, 1), "records": len_records(work_dir),
             "resumed_from": resumed_from}
 
@@ -112,7 +92,7 @@ def bench_model(name: str, args) -> Dict:
     work_dir = Path(args.work_root) / host_class() / f"{name}_{args.image_size}"
     work_dir.mkdir(parents=True, exist_ok=True)
     print(f"{name}: tuning {args.minutes} min in {work_dir}", flush=True)
-    tuning = tune_for(model_args, work_dir, args.minutes, args.step_trials, args.seed)
+    tuning = tune_for(model_args, work_dir, args.minutes, args.seed)
     out = run_cli(["bench", *model_args, "--work-dir", str(work_dir), "--repeats",
                    str(args.repeats), "--number", str(args.number), "--threads",
                    str(args.threads), "--json"])
@@ -180,8 +160,6 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--minutes", type=float, default=15.0,
                         help="tuning wall time per model (default 15)")
-    parser.add_argument("--step-trials", type=int, default=64,
-                        help="trials added per tune call (default 64)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", default="host")
     parser.add_argument("--repeats", type=int, default=7)

@@ -1,0 +1,255 @@
+"""Where a tuned int8 model's time goes, layer by layer, against PyTorch int8 (issue 18).
+
+    python -m benchmarks.where_time_goes --model resnet18 --work-dir W [--target host]
+        [--image-size 224] [--threads 2] [--rounds 7] [--section NAME]
+
+TVM side: every task of the model (one fused function) is built twice and timed in interleaved
+rounds, as ``quantfuse bench``'s never-slower rule does (relay_ext/tuning/never_slower.py): with
+the work dir's best record and with TOPI's default schedule; the model runs the faster of the two
+(the rule keeps a record unless it is slower than the default). Multiplied by the number of calls
+the model makes to the function, that is the task's share of the model.
+
+PyTorch side: the same quantized network as ``models.load`` builds it (same seed, eager mode, x86
+engine), each leaf module timed with forward hooks over ``--rounds`` runs (median per module),
+at the same thread count.
+
+Convolutions are matched by (input channels, output channels, kernel, output height and width);
+what is not a convolution is summed per side as "everything else" (TVM: pads, pools, layout
+transforms, the dense; PyTorch: quantize, adds, pools, the linear...). Timed in isolation, the
+per-layer sums do not add up exactly to the whole-model latency (caches, the executor), which the
+last rows give for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import tvm
+from tvm import meta_schedule as ms
+from tvm import relay
+
+from benchmarks.markdown_report import markdown_table, write_section
+from relay_ext.frontend import models as frontend_models
+from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
+                                                   quantize_eager, random_batches,
+                                                   seeded_float_model)
+from relay_ext.lowering.targets import host_cpu_flags, normalize_target
+from relay_ext.report.latency import tvm_timer, with_tvm_threads
+from relay_ext.tuning import compile_model
+from relay_ext.tuning.never_slower import time_task
+from relay_ext.tuning.tasks import lowered_tasks
+from relay_ext.tuning.work_dir import open_tuned_database
+
+Signature = Tuple[int, int, int, int, int]  # in channels, out channels, kernel, out H, out W
+
+
+def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
+    """The signature of the task's convolution, or None when it has none."""
+    (_, func), = task.mod.functions.items()
+    found: List[Signature] = []
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and \
+                "conv2d" in node.op.name and not found:
+            data = [int(d) for d in node.args[0].checked_type.shape]
+            out = [int(d) for d in node.checked_type.shape]
+            layout = str(node.attrs.data_layout)
+            channels = data[1] * (data[4] if len(data) == 5 else 1) if layout.startswith("NCHW") \
+                else data[3]
+            height, width = (out[2], out[3]) if layout.startswith("NCHW") else (out[1], out[2])
+            found.append((channels, int(node.attrs.channels), int(node.attrs.kernel_size[0]),
+                          height, width))
+
+    relay.analysis.post_order_visit(func.body, visit)
+    return found[0] if found else None
+
+
+def tvm_layers(loaded, work_dir: Path, target, rounds: int) -> List[Dict]:
+    database = open_tuned_database(work_dir)
+    rows = []
+    for task in lowered_tasks(loaded.mod, loaded.params, target, "ours"):
+        workload = task.dispatched[0]
+        has_record = database.has_workload(workload) and bool(
+            database.get_top_k(database.commit_workload(workload), 1))
+        timed = time_task(task, database if has_record else ms.database.MemoryDatabase(),
+                          target, "ours", rounds)
+        used = min(timed.record_ms, timed.default_ms) if has_record else timed.default_ms
+        rows.append({"task": task.task_name, "calls": int(task.weight),
+                     "signature": conv_signature(task), "tuned": has_record,
+                     "record_ms": timed.record_ms if has_record else None,
+                     "default_ms": timed.default_ms, "used_ms": used})
+    return rows
+
+
+def pytorch_model(name: str, image_size: int, seed: int = frontend_models.DEFAULT_SEED):
+    """The eager quantized network models.load traces (same seed, same calibration)."""
+    spec = frontend_models._model_spec(name)  # pylint: disable=protected-access
+    shape = spec.input_shape(1, image_size)
+    model = quantize_eager(seeded_float_model(spec.build, seed),
+                           random_batches(shape, frontend_models.CALIBRATION_BATCHES, seed + 1))
+    return model, shape
+
+
+def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tuple[List[Dict], float]:
+    """Per leaf module: median ms per run (and its conv signature); and the model's median ms."""
+    model, shape = pytorch_model(name, image_size)
+    data = torch.randn(shape)
+    times: Dict[str, List[float]] = collections.defaultdict(list)
+    info: Dict[str, Dict] = {}
+    started: Dict[str, float] = {}
+    hooks = []
+    for module_name, module in model.named_modules():
+        if list(module.children()):
+            continue
+
+        def pre(mod, args, module_name=module_name):
+            started[module_name] = time.perf_counter()
+
+        def post(mod, args, output, module_name=module_name):
+            times[module_name].append(1e3 * (time.perf_counter() - started[module_name]))
+            if module_name not in info:
+                signature = None
+                if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
+                    out = output.shape
+                    signature = (int(mod.in_channels), int(mod.out_channels),
+                                 int(mod.kernel_size[0]), int(out[2]), int(out[3]))
+                info[module_name] = {"kind": type(mod).__name__, "signature": signature}
+
+        hooks += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    whole: List[float] = []
+    try:
+        with quantization_engine(QUANTIZATION_BACKEND), torch.no_grad():
+            for _ in range(3):
+                model(data)
+            times.clear()
+            for hook in hooks:  # the whole model without hooks first, then with
+                hook.remove()
+            for _ in range(rounds):
+                start = time.perf_counter()
+                model(data)
+                whole.append(1e3 * (time.perf_counter() - start))
+            for module_name, module in model.named_modules():
+                if module_name in info:
+                    hooks += [module.register_forward_pre_hook(
+                        lambda mod, args, n=module_name: started.__setitem__(
+                            n, time.perf_counter())),
+                        module.register_forward_hook(
+                            lambda mod, args, out, n=module_name: times[n].append(
+                                1e3 * (time.perf_counter() - started[n])))]
+            for _ in range(rounds):
+                model(data)
+    finally:
+        torch.set_num_threads(old_threads)
+        for hook in hooks:
+            hook.remove()
+    layers = [{"module": n, **info[n], "ms": statistics.median(times[n])} for n in info]
+    return layers, statistics.median(whole)
+
+
+def tvm_model_ms(loaded, work_dir: Path, target, rounds: int) -> float:
+    lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, target, "ours")
+    _, one_round = tvm_timer(lib, loaded.inputs, 5)
+    return 1e3 * statistics.median(one_round() for _ in range(rounds))
+
+
+def describe(signature: Signature) -> str:
+    cin, cout, kernel, height, width = signature
+    return f"conv {kernel}x{kernel} {cin}->{cout}, out {height}x{width}"
+
+
+def table(tvm_rows: List[Dict], torch_rows: List[Dict], tvm_total: float,
+          torch_total: float) -> Tuple[List[str], List[List[str]]]:
+    by_sig: Dict[Signature, Dict] = collections.OrderedDict()
+    for row in tvm_rows:
+        if row["signature"] is None:
+            continue
+        entry = by_sig.setdefault(row["signature"], {"tvm": 0.0, "default": 0.0, "calls": 0,
+                                                     "torch": 0.0, "layers": 0, "tuned": 0})
+        entry["tvm"] += row["calls"] * row["used_ms"]
+        entry["default"] += row["calls"] * row["default_ms"]
+        entry["calls"] += row["calls"]
+        entry["tuned"] += row["calls"] if row["tuned"] else 0
+    torch_other = 0.0
+    for row in torch_rows:
+        entry = by_sig.get(row["signature"]) if row["signature"] else None
+        if entry is None:
+            torch_other += row["ms"]
+        else:
+            entry["torch"] += row["ms"]
+            entry["layers"] += 1
+    tvm_other = sum(r["calls"] * r["used_ms"] for r in tvm_rows if r["signature"] is None)
+    tvm_other_default = sum(r["calls"] * r["default_ms"] for r in tvm_rows
+                            if r["signature"] is None)
+    header = ["layer", "calls (TVM / PyTorch)", "TVM tuned ms", "TVM default ms",
+              "PyTorch int8 ms", "TVM tuned / PyTorch", "gap ms"]
+    rows = []
+    ordered = sorted(by_sig.items(), key=lambda kv: -(kv[1]["tvm"] - kv[1]["torch"]))
+    for signature, e in ordered:
+        rows.append([describe(signature), f"{e['calls']} / {e['layers']}", f"{e['tvm']:.3f}",
+                     f"{e['default']:.3f}", f"{e['torch']:.3f}",
+                     f"{e['tvm'] / e['torch']:.2f}x" if e["torch"] else "-",
+                     f"{e['tvm'] - e['torch']:+.3f}"])
+    rows.append(["everything else", "", f"{tvm_other:.3f}", f"{tvm_other_default:.3f}",
+                 f"{torch_other:.3f}", f"{tvm_other / torch_other:.2f}x" if torch_other else "-",
+                 f"{tvm_other - torch_other:+.3f}"])
+    tvm_sum = sum(r["calls"] * r["used_ms"] for r in tvm_rows)
+    torch_sum = sum(r["ms"] for r in torch_rows)
+    rows.append(["sum of the layers", "", f"{tvm_sum:.3f}",
+                 f"{sum(r['calls'] * r['default_ms'] for r in tvm_rows):.3f}", f"{torch_sum:.3f}",
+                 f"{tvm_sum / torch_sum:.2f}x", f"{tvm_sum - torch_sum:+.3f}"])
+    rows.append(["whole model (one run, median)", "", f"{tvm_total:.3f}", "", f"{torch_total:.3f}",
+                 f"{tvm_total / torch_total:.2f}x", f"{tvm_total - torch_total:+.3f}"])
+    return header, rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--section", default=None,
+                        help="docs/BENCHMARKS.md section to write (default where_time_goes_<model>)")
+    parser.add_argument("--note", default="", help="a sentence on what the work dir holds")
+    args = parser.parse_args()
+    target = normalize_target(args.target)
+    loaded = frontend_models.load(args.model, image_size=args.image_size)
+    tvm_rows = with_tvm_threads(
+        args.threads, lambda: tvm_layers(loaded, args.work_dir, target, args.rounds))
+    tvm_total = with_tvm_threads(
+        args.threads, lambda: tvm_model_ms(loaded, args.work_dir, target, args.rounds))
+    torch_rows, torch_total = pytorch_layers(args.model, args.image_size, args.threads,
+                                             args.rounds)
+    header, rows = table(tvm_rows, torch_rows, tvm_total, torch_total)
+    text = markdown_table(header, rows)
+    print(text)
+    flags = sorted(host_cpu_flags() & {"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_tile"})
+    write_section(
+        args.section or f"where_time_goes_{args.model}",
+        f"Where the time goes: int8 {args.model} {args.image_size}, TVM tuned vs PyTorch int8, "
+        "layer by layer",
+        f"Host flags {', '.join(flags)}; target `{target}`; {args.threads} threads for both. "
+        f"{args.note} Random weights, "
+        "calibrated on random data. TVM: each fused function timed alone (median of "
+        f"{args.rounds} interleaved rounds, record vs TOPI's default schedule; the model uses the "
+        "faster), times the calls the model makes; PyTorch: each leaf module of the eager "
+        "quantized network timed with forward hooks (median of "
+        f"{args.rounds} runs). Rows sorted by the gap (TVM minus PyTorch), largest first; "
+        "see benchmarks/where_time_goes.py. PyTorch's residual adds (QFunctional.add, a method, "
+        "not a module call) are in no row but the whole model's.\n\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
