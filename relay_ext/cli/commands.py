@@ -12,6 +12,7 @@ from . import EXIT_INTERRUPTED
 from .inputs import (
     check_model,
     check_runs_here,
+    checked_variant,
     closed_after,
     is_model_file,
     load_model,
@@ -95,6 +96,7 @@ def cmd_tune(args) -> int:
     if args.trials is None and args.minutes is None:
         raise BadInput("tune needs a budget: --trials N, --minutes M or both")
     check_model(args)
+    checked_variant(args.variant)  # its own message, before the target's checks use it
     run = run_description(args, resolve_target(args.target, args.variant))
     if args.rpc is None:  # with --rpc the target describes the remote devices
         check_runs_here(run.target)
@@ -123,22 +125,20 @@ def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
     if before["records"]:
         to_go = "" if remaining is None else f", {remaining} trials to go"
         print(f"resuming: {before['records']} records in {work_dir}{to_go}")
-    minutes = None
-    if args.minutes is not None:  # what is left of it after the checks and the model load
-        minutes = max(1e-3, args.minutes - (time.monotonic() - started) / 60)
     bar = ProgressPrinter(sys.stderr)
     try:
         database = tune(loaded.mod, loaded.params, run.target, work_dir, max_trials=remaining,
                         variant=run.variant, num_trials_per_iter=min(16, remaining or 16),
                         seed=args.seed, strategy=search_strategy(), runner=runner,
-                        progress=bar.show, max_minutes=minutes)
+                        progress=bar.show, max_minutes=args.minutes, clock_started=started)
     except KeyboardInterrupt:
         bar.close()
         kept = repair_database(work_dir)["records"]
         print(f"quantfuse: interrupted; {work_dir} keeps {kept} records (the database is "
               "loadable); run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    bar.close()
+    finally:  # the error line of a failed tune (no RPC server, a failed write) starts a line
+        bar.close()
     summary = read_tuning_summary(work_dir)
     if summary.get("time_budget_spent"):
         print(f"quantfuse: the time budget of {args.minutes:g} minutes is spent; {work_dir} keeps "
@@ -204,6 +204,7 @@ def cmd_bench(args) -> int:
     from relay_ext.tuning.work_dir import open_tuned_database
 
     check_model(args)
+    checked_variant(args.variant)
     run = run_description(args, resolve_target(args.target, args.variant, quiet=args.json))
     if run.target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")

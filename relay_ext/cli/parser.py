@@ -38,24 +38,23 @@ class Parser(argparse.ArgumentParser):
 # --- arguments ----------------------------------------------------------------------------------
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+def _positive(convert, noun: str):
+    """An argparse type: ``convert(text)``, which must be a positive, finite ``noun``."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not 0 < value < float("inf"):  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"must be a positive {noun.split()[-1]}, got {text}")
+        return value
+
+    return parse
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+positive_float = _positive(float, "a number")
+positive_int = _positive(int, "an integer")
 
 
 # command -> (one-line help, description of its --help)
