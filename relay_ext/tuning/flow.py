@@ -28,7 +28,7 @@ from .record_writes import RecordWriteCheck
 from .rpc_tracker import MeasuringStopped
 from .skip_measured_search import RecordIndex, TrialBudget
 from .tasks import StrategyLike, TaskReport, lowered_tasks, tune_contexts
-from .work_dir import SUMMARY_FILE, holds_tuning_lock
+from .work_dir import SUMMARY_FILE, holds_tuning_lock, repair_database
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ def tune(
     progress: Optional[Callable[[ProgressSnapshot], None]] = None,
     num_tuning_cores: Union[str, int] = "physical",
     max_minutes: Optional[float] = None,
+    clock_started: Optional[float] = None,
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
     records go to MetaSchedule's JSON database in ``work_dir``.
@@ -100,7 +101,8 @@ def tune(
 
     ``max_minutes``: a wall-clock budget for this call, alone or with ``max_trials`` (at least one
     of them is needed). Its clock starts when ``tune`` is called, so task extraction and design
-    spaces count. When it runs out the tune stops as on Ctrl-C, but returns normally: the batches
+    spaces count; ``clock_started`` (a ``time.monotonic()`` value) starts it earlier, as the CLI
+    does so that loading the model counts too (the summary's ``wall_s`` counts from there). When it runs out the tune stops as on Ctrl-C, but returns normally: the batches
     in flight are measured and stored, the summary says ``"time_budget_spent": true``, and a later
     ``tune`` resumes. Under a time budget each task's first batch is at most
     :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early; a task
@@ -112,7 +114,7 @@ def tune(
     ``"ended_early"`` lists them, with the reason).
     """
     check_variant(variant)
-    start = time.monotonic()
+    start = time.monotonic() if clock_started is None else float(clock_started)
     if max_trials is None and max_minutes is None:
         raise ValueError("tune needs max_trials, max_minutes or both")
     if max_minutes is not None and not float(max_minutes) > 0:
@@ -133,6 +135,13 @@ def tune(
     # A record of a tensorized candidate names its TensorIntrin, and loading the database replays
     # every record: an intrinsic not registered yet fails the load.
     register_tensor_intrinsics(target)
+    # A tune killed mid-write (kill -9, power loss) leaves a torn last line that TVM's loader
+    # rejects: cut it back first, as the CLI does (a no-op on whole files).
+    repaired = repair_database(work_dir)
+    if repaired["broken_records"] or repaired["broken_workloads"]:
+        logger.warning("%s: set aside %d broken record line(s) and %d broken workload line(s) "
+                       "before tuning", work_dir, repaired["broken_records"],
+                       repaired["broken_workloads"])
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     records_before = len(database)
     tasks = lowered_tasks(mod, params, target, variant)
@@ -201,13 +210,19 @@ def tune(
                     raise
     finally:  # also on Ctrl-C: the summary says what the work dir holds
         write_error = writes.finish()
-        summary["records"] = len(database)
+        counted = database
+        if write_error is not None:  # the files were cut back: count what they hold, not memory
+            try:
+                counted = ms.database.JSONDatabase(work_dir=str(work_dir))
+            except Exception:  # pylint: disable=broad-except - then memory is the best we have
+                logger.warning("could not reload %s to count its records", work_dir)
+        summary["records"] = len(counted)
         summary["interrupted"] = bool(guard.pressed)
         summary["time_budget_spent"] = bool(budget.time_up)
         summary["first_batches_after_deadline"] = budget.late_first_batches
         summary["ended_early"] = [{"task": name, "why": why} for name, why in budget.ended_tasks]
         summary["wall_s"] = round(time.monotonic() - start, 1)
-        _add_measured(summary, reports, contexts, database)
+        _add_measured(summary, reports, contexts, counted)
         try:
             (work_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         except OSError:

@@ -15,7 +15,7 @@ MetaSchedule's ``AddToDatabase`` stores it.
     strategy = SkipMeasuredSearch(ms.search_strategy.EvolutionarySearch(), budget)
     context = ms.TuneContext(mod=..., search_strategy=strategy, ...)
 
-The optional :class:`TrialBudget` is shared by the tasks of one tune. It does two things:
+The optional :class:`TrialBudget` is shared by the tasks of one tune. It does three things:
 
 * it makes ``max_trials`` exact: MetaSchedule checks its global budget only before a batch, so its
   last batch can overshoot by up to a batch size; batches are cut to what is left;
