@@ -5,15 +5,17 @@
 
 TVM side: every task of the model (one fused function) is built twice and timed in interleaved
 rounds, as ``quantfuse bench``'s never-slower rule does (relay_ext/tuning/never_slower.py): with
-the work dir's best record and with TOPI's default schedule; the model runs the faster of the two
-(the rule keeps a record unless it is slower than the default). Multiplied by the number of calls
-the model makes to the function, that is the task's share of the model.
+the work dir's best buildable record and with TOPI's default schedule; the row takes the time of
+what the model runs (the record, unless the rule drops it for being more than 5% slower than the
+default). Multiplied by the number of calls the model makes to the function, that is the task's
+share of the model. The whole-model row is the model as bench compiles it (same rule).
 
 PyTorch side: the same quantized network as ``models.load`` builds it (same seed, eager mode, x86
 engine), each leaf module timed with forward hooks over ``--rounds`` runs (median per module),
 at the same thread count.
 
-Convolutions are matched by (input channels, output channels, kernel, output height and width);
+Convolutions are matched by (input channels, output channels, kernel, output height and width),
+with PyTorch's channel counts padded as TVM's x86 int8 convolutions pad them (:func:`tvm_channels`);
 what is not a convolution is summed per side as "everything else" (TVM: pads, pools, layout
 transforms, the dense; PyTorch: quantize, adds, pools, the linear...). Timed in isolation, the
 per-layer sums do not add up exactly to the whole-model latency (caches, the executor), which the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import os
 import statistics
 import time
@@ -40,12 +43,14 @@ from relay_ext.frontend import models as frontend_models
 from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
                                                    quantize_eager, random_batches,
                                                    seeded_float_model)
-from relay_ext.lowering.targets import host_cpu_flags, normalize_target
+from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
 from relay_ext.report.latency import tvm_timer, with_tvm_threads
-from relay_ext.tuning import compile_model
-from relay_ext.tuning.never_slower import time_task
+from relay_ext.tuning.compilable_records import compilable_records
+from relay_ext.tuning.never_slower import compile_never_slower, time_task
 from relay_ext.tuning.tasks import lowered_tasks
-from relay_ext.tuning.work_dir import open_tuned_database
+from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
+
+logger = logging.getLogger(__name__)
 
 Signature = Tuple[int, int, int, int, int]  # in channels, out channels, kernel, out H, out W
 
@@ -71,16 +76,31 @@ def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
     return found[0] if found else None
 
 
-def tvm_layers(loaded, work_dir: Path, target, rounds: int) -> List[Dict]:
-    database = open_tuned_database(work_dir)
+def tvm_channels(cin: int, cout: int, groups: int) -> Tuple[int, int]:
+    """The channel counts TVM's x86 int8 convolution runs with: a non-grouped one has its input
+    channels padded to a multiple of 4 and its output channels to a multiple of 16 (TOPI's
+    ``conv2d_alter_int8_common``), so ResNet's 3-channel stem is a 4-channel conv there."""
+    if groups != 1:
+        return cin, cout
+    return -(-cin // 4) * 4, -(-cout // 16) * 16
+
+
+def tvm_layers(loaded, database: ms.Database, target, variant: str, rounds: int) -> List[Dict]:
+    """Per task: its calls, conv signature, and the time of what the model runs (the record, or
+    TOPI's default where the never-slower rule drops the record)."""
     rows = []
-    for task in lowered_tasks(loaded.mod, loaded.params, target, "ours"):
+    for task in lowered_tasks(loaded.mod, loaded.params, target, variant):
         workload = task.dispatched[0]
         has_record = database.has_workload(workload) and bool(
             database.get_top_k(database.commit_workload(workload), 1))
-        timed = time_task(task, database if has_record else ms.database.MemoryDatabase(),
-                          target, "ours", rounds)
-        used = min(timed.record_ms, timed.default_ms) if has_record else timed.default_ms
+        try:
+            timed = time_task(task, database if has_record else ms.database.MemoryDatabase(),
+                              target, variant, rounds)
+        except Exception as error:  # pylint: disable=broad-except - one row lost, not the table
+            logger.warning("could not time %s: %s", task.task_name,
+                           (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
+            continue
+        used = timed.record_ms if has_record and not timed.uses_default else timed.default_ms
         rows.append({"task": task.task_name, "calls": int(task.weight),
                      "signature": conv_signature(task), "tuned": has_record,
                      "record_ms": timed.record_ms if has_record else None,
@@ -118,7 +138,8 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
                 signature = None
                 if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
                     out = output.shape
-                    signature = (int(mod.in_channels), int(mod.out_channels),
+                    signature = (*tvm_channels(int(mod.in_channels), int(mod.out_channels),
+                                               int(getattr(mod, "groups", 1))),
                                  int(mod.kernel_size[0]), int(out[2]), int(out[3]))
                 info[module_name] = {"kind": type(mod).__name__, "signature": signature}
 
@@ -155,8 +176,9 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
     return layers, statistics.median(whole)
 
 
-def tvm_model_ms(loaded, work_dir: Path, target, rounds: int) -> float:
-    lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, target, "ours")
+def tvm_model_ms(loaded, database: ms.Database, target, variant: str, rounds: int) -> float:
+    """The whole model compiled as ``quantfuse bench`` compiles it (never-slower rule)."""
+    lib, _ = compile_never_slower(database, loaded.mod, loaded.params, target, variant)
     _, one_round = tvm_timer(lib, loaded.inputs, 5)
     return 1e3 * statistics.median(one_round() for _ in range(rounds))
 
@@ -224,17 +246,24 @@ def main() -> int:
     parser.add_argument("--note", default="", help="a sentence on what the work dir holds")
     args = parser.parse_args()
     target = normalize_target(args.target)
+    check_runs_here(target)  # before anything is built: code this CPU lacks dies with SIGILL
+    run = recorded_run(args.work_dir) or {}
+    variant = run.get("variant", "ours")
+    if run.get("target") and str(normalize_target(run["target"])) != str(target):
+        raise SystemExit(f"{args.work_dir} was tuned for {run['target']!r}, not {str(target)!r}; "
+                         "pass --target with the tuned target")
+    database = compilable_records(open_tuned_database(args.work_dir)).database
     loaded = frontend_models.load(args.model, image_size=args.image_size)
     tvm_rows = with_tvm_threads(
-        args.threads, lambda: tvm_layers(loaded, args.work_dir, target, args.rounds))
+        args.threads, lambda: tvm_layers(loaded, database, target, variant, args.rounds))
     tvm_total = with_tvm_threads(
-        args.threads, lambda: tvm_model_ms(loaded, args.work_dir, target, args.rounds))
+        args.threads, lambda: tvm_model_ms(loaded, database, target, variant, args.rounds))
     torch_rows, torch_total = pytorch_layers(args.model, args.image_size, args.threads,
                                              args.rounds)
     header, rows = table(tvm_rows, torch_rows, tvm_total, torch_total)
     text = markdown_table(header, rows)
     print(text)
-    flags = sorted(host_cpu_flags() & {"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_tile"})
+    flags = sorted((host_cpu_flags() or frozenset()) & {"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_tile"})
     write_section(
         args.section or f"where_time_goes_{args.model}",
         f"Where the time goes: int8 {args.model} {args.image_size}, TVM tuned vs PyTorch int8, "
