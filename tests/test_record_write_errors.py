@@ -8,15 +8,17 @@ the way a full disk refuses it with ENOSPC.
 """
 
 import contextlib
+import json
 import resource
 import signal
 
 from tvm import meta_schedule as ms
 
-from relay_ext import cli
+from relay_ext import cli, models
+from relay_ext.tuning import tune
 from relay_ext.cli import commands as cli_commands
 from relay_ext.tuning.record_writes import RecordWriteCheck
-from relay_ext.tuning.work_dir import RECORD_FILE, WORKLOAD_FILE, repair_database
+from relay_ext.tuning.work_dir import RECORD_FILE, SUMMARY_FILE, WORKLOAD_FILE, repair_database
 from helpers import small_database, small_search
 
 LLVM = "llvm -num-cores 1"
@@ -58,11 +60,15 @@ def test_a_failed_record_write_stops_the_tune_with_one_line_and_keeps_the_databa
     assert code == 1, err
     failed = [line for line in err.splitlines() if line.startswith("quantfuse: failed:")]
     assert len(failed) == 1 and "Traceback" not in err, err
+    # The progress line was ended first: the error starts a line of its own.
+    assert any(row.startswith("quantfuse: failed:") for row in err.split("\n")), repr(err)
     assert f"could not write {RECORD_FILE} (a file size limit" in failed[0], failed[0]
     assert f"keeps its {kept} complete records and loads" in failed[0], failed[0]
     assert record_file.read_bytes() == before  # the torn line is gone, nothing else
     assert repair_database(work_dir)["broken_records"] == 0
     assert len(ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)) == kept
+    # The summary counts what the files hold, not the record that did not reach them.
+    assert json.loads((work_dir / SUMMARY_FILE).read_text())["records"] == kept
 
 
 def test_the_check_cuts_a_torn_workload_line_and_every_record_after_the_failure(tmp_path):
@@ -100,3 +106,15 @@ def test_the_check_cuts_a_torn_workload_line_and_every_record_after_the_failure(
     assert workloads.read_text() == '["1", "AAAA"]\n'
     assert records.read_text().splitlines() == ['[0, [[], [0.001], {}, []]]',
                                                 '[0, [[], [0.002], {}, []]]']
+
+
+def test_tune_from_python_repairs_a_torn_database_before_loading_it(tmp_path):
+    # A tune killed mid-write leaves a torn last line; TVM's loader alone would reject the file.
+    small_database(tmp_path, 2)
+    with open(tmp_path / RECORD_FILE, "a") as file:
+        file.write('[0, [[["GetBlock", [], {"name"')
+    loaded = models.load("mlp")
+    database = tune(loaded.mod, loaded.params, LLVM, tmp_path, max_trials=1, seed=0,
+                    strategy=small_search())
+    assert len(database) == 3  # the two whole records and the new one
+    assert repair_database(tmp_path)["broken_records"] == 0
