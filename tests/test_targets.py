@@ -25,6 +25,9 @@ SSE_ONLY = frozenset("fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt".split())
     (frozenset(BASE + ["avx2"]), None),  # AVX2 without FMA: not core-avx2
     (frozenset(BASE + ["avx512f", "avx512_vnni", "avx2", "fma"]), "core-avx2"),  # no avx512bw
     (SSE_ONLY, None),
+    # A VM that hides AVX-512 CD: LLVM's skylake-avx512 and cascadelake use it, so neither runs.
+    (VNNI_SERVER - {"avx512cd"}, "core-avx2"),
+    (AMD_AVX2_VM - {"movbe"}, None),  # core-avx2 implies MOVBE
     (None, None),  # an OS that does not list its flags: the conservative choice
 ])
 def test_best_mcpu_from_the_flags_the_os_enables(flags, mcpu):

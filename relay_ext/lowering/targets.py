@@ -101,13 +101,16 @@ def vector_flags(flags: Optional[Iterable[str]] = None) -> List[str]:
 
 
 def best_mcpu(flags: Optional[Iterable[str]]) -> Optional[str]:
-    """The best ``-mcpu`` of :data:`MCPU_LADDER` whose features are all in ``flags`` (cpuinfo
-    names); None when none is, or when the flags are unknown (the conservative choice)."""
+    """The best ``-mcpu`` of :data:`MCPU_LADDER` whose features (the rung's, and all that LLVM's
+    ``-mcpu`` implies) are all in ``flags`` (cpuinfo names); None when none is, or when the flags
+    are unknown (the conservative choice)."""
     if flags is None:
         return None
     flags = set(flags)
     for mcpu, needed in MCPU_LADDER:
-        if flags.issuperset(needed):
+        # The rung's own flags, and every other feature LLVM's -mcpu implies (movbe, bmi2,
+        # avx512cd...): a VM that hides one of them cannot run that -mcpu's code.
+        if flags.issuperset(needed) and not missing_features(f"llvm -mcpu={mcpu}", flags):
             return mcpu
     return None
 
