@@ -281,6 +281,9 @@ def test_torchscript_model_needs_an_input_shape(capsys, tmp_path):
     assert cli.main(["fusion", "--model", str(tmp_path / "missing.pt"), "--input-shape", "1,3,8,8",
                      "--target", LLVM]) == 2
     one_error_line(capsys, "not found")
+    # A mistyped path without --input-shape: the missing file is the problem, not the shape.
+    assert cli.main(["fusion", "--model", str(tmp_path / "missing.pt"), "--target", LLVM]) == 2
+    one_error_line(capsys, "model file not found")
 
 
 def test_verbose_shows_the_traceback(capsys):

@@ -113,11 +113,11 @@ def check_model(args) -> None:
     if os.path.isdir(args.model):
         raise BadInput(f"--model {args.model} is a directory; pass a TorchScript (.pt), ONNX (.onnx) "
                        f"or PT2E (.pt2) file, or a built-in model ({', '.join(models.available_models())})")
-    if not (is_onnx(args.model) or is_pt2e(args.model)) or args.input_shape:
-        parse_shape(args.input_shape)
-    if not os.path.isfile(args.model):
+    if not os.path.isfile(args.model):  # before the shape: a mistyped path is the problem
         raise BadInput(f"model file not found: {args.model}; pass a built-in model "
                        f"({', '.join(models.available_models())}) or an existing file")
+    if not (is_onnx(args.model) or is_pt2e(args.model)) or args.input_shape:
+        parse_shape(args.input_shape)
 
 
 def load_model(args):
