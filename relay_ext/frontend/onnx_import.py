@@ -7,8 +7,10 @@ TVM 0.19's ONNX frontend turns each ``QuantizeLinear`` / ``DequantizeLinear`` in
 ``qnn.quantize`` / ``qnn.dequantize`` but leaves the op between them in float32: a QDQ conv
 arrives as ``dequantize -> nn.conv2d -> quantize``, which would be tuned and run as a float conv.
 :func:`integer_ops` rewrites those regions into QNN ops (``qnn.conv2d``, ``qnn.dense``,
-``qnn.add``, ...) with TVM's ``FakeQuantizationToInteger`` pass, then rounds integer average
-pools to nearest as ONNX Runtime does (:class:`_RoundIntegerMean`). The result is checked: a
+``qnn.add``, ...) with TVM's ``FakeQuantizationToInteger`` pass, then rounds integer means and
+global average pools (what ResNet and MobileNetV2 use) to nearest as ONNX Runtime does
+(:class:`_RoundIntegerMean`). A non-global ``AveragePool`` is left to TVM's ``qnn.avg_pool2d``,
+which truncates: its outputs may be one step below ONNX Runtime's. The result is checked: a
 quantized model whose convs and dense layers all stayed float is refused, and a partly float one is
 logged.
 
@@ -191,7 +193,8 @@ def output_dequantize_scale(model: Any) -> float | None:
 
 def integer_ops(mod: tvm.IRModule, use_qat: bool = False) -> tvm.IRModule:
     """``dequantize -> op -> quantize`` regions as QNN ops (TVM's FakeQuantizationToInteger), with
-    integer average pools rounded to nearest (:class:`_RoundIntegerMean`). ``use_qat`` also
+    integer means and global average pools rounded to nearest (:class:`_RoundIntegerMean`; a
+    non-global average pool stays TVM's truncating ``qnn.avg_pool2d``). ``use_qat`` also
     converts ``dequantize -> op`` regions with no quantize after them (an op with a float output,
     such as PT2E's last linear layer) to the QNN op and a dequantize."""
     mod = relay.transform.InferType()(mod)

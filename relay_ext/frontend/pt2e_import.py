@@ -10,9 +10,10 @@ A PT2E program (``prepare_pt2e`` / ``convert_pt2e``, then ``torch.export.export`
 has no importer for it (only Relax has one), so :class:`_Converter` translates the graph node by
 node: each quantize/dequantize becomes ``qnn.quantize`` / ``qnn.dequantize``, each ATen op the
 Relay op that computes the same in float. The same :func:`~relay_ext.frontend.onnx_import.integer_ops`
-that makes the ONNX QDQ graphs integer (``FakeQuantizationToInteger``, average pools rounded to
-nearest) then turns every ``dequantize -> op -> quantize`` region into QNN ops (``qnn.conv2d``,
-``qnn.dense``, ``qnn.requantize`` ...).
+that makes the ONNX QDQ graphs integer (``FakeQuantizationToInteger``, means and global average
+pools rounded to nearest) then turns every ``dequantize -> op -> quantize`` region into QNN ops
+(``qnn.conv2d``, ``qnn.dense``, ``qnn.requantize`` ...). A non-global ``aten.avg_pool2d`` is left
+to TVM's ``qnn.avg_pool2d``, which truncates: its outputs may be one step below PyTorch's.
 
 Why this converter and not ``torch.onnx.export`` of the program into the ONNX path: measured in
 docs/models.md ("PT2E programs"). The converter reads the graph's shapes, constants and quantization
