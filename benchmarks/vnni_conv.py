@@ -97,19 +97,13 @@ def build(mod: tvm.IRModule, params, config: str, threads: int):
                            params=params)
 
 
-def accumulators(lib) -> int:
-    """Distinct registers that vpdpbusd writes in ``lib``'s assembly (AT&T: the last operand)."""
-    return len({line.split(",")[-1].strip()
-                for line in lib.get_lib().get_source("asm").splitlines() if "vpdpbusd" in line})
-
-
 def measure(name: str, mod: tvm.IRModule, params, inputs: Dict[str, np.ndarray],
             args: argparse.Namespace, tvm_thread: TVMThread) -> Dict:
     """One item: build the three configurations, time them interleaved, compare outputs."""
     timers, outputs, registers = {}, {}, {}
     for config in (AVX512, BEFORE, AFTER):
         lib = build(mod, params, config, args.threads)
-        registers[config] = accumulators(lib)
+        registers[config] = vnni_conv_schedule.vpdpbusd_accumulators(lib)
         outputs[config], timers[config] = tvm_thread.tvm_timer(lib, inputs, args.number)
     load_before = load_average()
     samples = interleaved_rounds(timers, args.repeats)

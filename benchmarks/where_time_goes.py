@@ -44,6 +44,7 @@ from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantiz
                                                    quantize_eager, random_batches,
                                                    seeded_float_model)
 from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
+from relay_ext.lowering.vnni_conv_schedule import vpdpbusd_accumulators
 from relay_ext.report.latency import tvm_timer, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import compile_never_slower, time_task
@@ -93,9 +94,15 @@ def tvm_layers(loaded, database: ms.Database, target, variant: str, rounds: int)
         workload = task.dispatched[0]
         has_record = database.has_workload(workload) and bool(
             database.get_top_k(database.commit_workload(workload), 1))
+        registers: Dict[str, int] = {}
+
+        def count(record_lib, default_lib, registers=registers):
+            registers["record"] = vpdpbusd_accumulators(record_lib)
+            registers["default"] = vpdpbusd_accumulators(default_lib)
+
         try:
             timed = time_task(task, database if has_record else ms.database.MemoryDatabase(),
-                              target, variant, rounds)
+                              target, variant, rounds, on_built=count)
         except Exception as error:  # pylint: disable=broad-except - one row lost, not the table
             logger.warning("could not time %s: %s", task.task_name,
                            (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
@@ -104,7 +111,9 @@ def tvm_layers(loaded, database: ms.Database, target, variant: str, rounds: int)
         rows.append({"task": task.task_name, "calls": int(task.weight),
                      "signature": conv_signature(task), "tuned": has_record,
                      "record_ms": timed.record_ms if has_record else None,
-                     "default_ms": timed.default_ms, "used_ms": used})
+                     "default_ms": timed.default_ms, "used_ms": used,
+                     "accumulators": registers.get(
+                         "record" if has_record and not timed.uses_default else "default")})
     return rows
 
 
@@ -195,7 +204,10 @@ def table(tvm_rows: List[Dict], torch_rows: List[Dict], tvm_total: float,
         if row["signature"] is None:
             continue
         entry = by_sig.setdefault(row["signature"], {"tvm": 0.0, "default": 0.0, "calls": 0,
-                                                     "torch": 0.0, "layers": 0, "tuned": 0})
+                                                     "torch": 0.0, "layers": 0, "tuned": 0,
+                                                     "acc": set()})
+        if row.get("accumulators") is not None:
+            entry["acc"].add(row["accumulators"])
         entry["tvm"] += row["calls"] * row["used_ms"]
         entry["default"] += row["calls"] * row["default_ms"]
         entry["calls"] += row["calls"]
@@ -212,24 +224,25 @@ def table(tvm_rows: List[Dict], torch_rows: List[Dict], tvm_total: float,
     tvm_other_default = sum(r["calls"] * r["default_ms"] for r in tvm_rows
                             if r["signature"] is None)
     header = ["layer", "calls (TVM / PyTorch)", "TVM tuned ms", "TVM default ms",
-              "PyTorch int8 ms", "TVM tuned / PyTorch", "gap ms"]
+              "PyTorch int8 ms", "TVM tuned / PyTorch", "gap ms", "vpdpbusd chains"]
     rows = []
     ordered = sorted(by_sig.items(), key=lambda kv: -(kv[1]["tvm"] - kv[1]["torch"]))
     for signature, e in ordered:
         rows.append([describe(signature), f"{e['calls']} / {e['layers']}", f"{e['tvm']:.3f}",
                      f"{e['default']:.3f}", f"{e['torch']:.3f}",
                      f"{e['tvm'] / e['torch']:.2f}x" if e["torch"] else "-",
-                     f"{e['tvm'] - e['torch']:+.3f}"])
+                     f"{e['tvm'] - e['torch']:+.3f}",
+                     ", ".join(map(str, sorted(e["acc"]))) or "-"])
     rows.append(["everything else", "", f"{tvm_other:.3f}", f"{tvm_other_default:.3f}",
                  f"{torch_other:.3f}", f"{tvm_other / torch_other:.2f}x" if torch_other else "-",
-                 f"{tvm_other - torch_other:+.3f}"])
+                 f"{tvm_other - torch_other:+.3f}", ""])
     tvm_sum = sum(r["calls"] * r["used_ms"] for r in tvm_rows)
     torch_sum = sum(r["ms"] for r in torch_rows)
     rows.append(["sum of the layers", "", f"{tvm_sum:.3f}",
                  f"{sum(r['calls'] * r['default_ms'] for r in tvm_rows):.3f}", f"{torch_sum:.3f}",
-                 f"{tvm_sum / torch_sum:.2f}x", f"{tvm_sum - torch_sum:+.3f}"])
+                 f"{tvm_sum / torch_sum:.2f}x", f"{tvm_sum - torch_sum:+.3f}", ""])
     rows.append(["whole model (one run, median)", "", f"{tvm_total:.3f}", "", f"{torch_total:.3f}",
-                 f"{tvm_total / torch_total:.2f}x", f"{tvm_total - torch_total:+.3f}"])
+                 f"{tvm_total / torch_total:.2f}x", f"{tvm_total - torch_total:+.3f}", ""])
     return header, rows
 
 
@@ -275,7 +288,9 @@ def main() -> int:
         "faster), times the calls the model makes; PyTorch: each leaf module of the eager "
         "quantized network timed with forward hooks (median of "
         f"{args.rounds} runs). Rows sorted by the gap (TVM minus PyTorch), largest first; "
-        "see benchmarks/where_time_goes.py. PyTorch's residual adds (QFunctional.add, a method, "
+        "see benchmarks/where_time_goes.py. vpdpbusd chains: the distinct registers VNNI's dot "
+        "product accumulates into in the code the model runs for that layer (1: each waits 5 "
+        "cycles for the previous; 0: no VNNI). PyTorch's residual adds (QFunctional.add, a method, "
         "not a module call) are in no row but the whole model's.\n\n" + text)
     return 0
 

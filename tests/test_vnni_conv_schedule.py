@@ -100,12 +100,6 @@ def test_vnni_conv_has_independent_accumulators_and_exact_outputs():
             with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
                 return relay.build(mod, target="{VNNI}")
 
-        def accumulators(lib):
-            registers = [line.split(",")[-1].strip()
-                         for line in lib.get_lib().get_source("asm").splitlines()
-                         if "vpdpbusd" in line]
-            return len(set(registers))
-
         installed = conv2d_avx_common._schedule_conv_NCHWc_int8
         for stride in (1, 2):
             mod = qconv(stride)
@@ -118,7 +112,8 @@ def test_vnni_conv_has_independent_accumulators_and_exact_outputs():
                 x = {{"data": rng.integers(0, 256, (1, 64, 28, 28)).astype("uint8")}}
                 a, b = (run_module(lib, x)[0] for lib in (topi, ours))
                 equal = bool(np.array_equal(a, b)) and len(np.unique(a)) > 16
-            print(stride, accumulators(topi), accumulators(ours), equal)
+            print(stride, vnni_conv_schedule.vpdpbusd_accumulators(topi),
+                  vnni_conv_schedule.vpdpbusd_accumulators(ours), equal)
     """)
     for line in out.strip().splitlines():
         stride, topi_count, our_count, equal = line.split()

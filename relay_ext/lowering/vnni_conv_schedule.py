@@ -177,3 +177,11 @@ def install() -> bool:
         logger.debug("int8 conv2d on AVX-512 VNNI targets: %d accumulators per block at most",
                      MAX_ACCUMULATORS)
     return True
+
+
+def vpdpbusd_accumulators(lib: Any) -> int:
+    """Distinct registers that ``vpdpbusd`` writes in a built module's assembly (AT&T syntax: the
+    last operand), i.e. its independent accumulator chains: 1 means every VNNI dot product waits
+    for the previous one (5 cycles each), 0 that the code has none."""
+    return len({line.split(",")[-1].strip()
+                for line in lib.get_lib().get_source("asm").splitlines() if "vpdpbusd" in line})

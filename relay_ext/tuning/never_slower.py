@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tvm
@@ -144,9 +144,12 @@ def _timer(lib, inputs: Mapping[str, np.ndarray], device):
 
 
 def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, variant: str,
-              rounds: int = ROUNDS) -> TaskVsDefault:
+              rounds: int = ROUNDS,
+              on_built: Optional[Callable[[tvm.runtime.Module, tvm.runtime.Module], None]] = None
+              ) -> TaskVsDefault:
     """The task's function built with ``database`` and with TOPI's default schedule, timed in
-    ``rounds`` interleaved rounds here (see the module doc)."""
+    ``rounds`` interleaved rounds here (see the module doc). ``on_built(record_lib,
+    default_lib)``, when given, sees both builds first (to read their code, say)."""
     mod = task_function_module(task)
     values = random_inputs(mod["main"])
     weights = weight_params(mod["main"])
@@ -156,6 +159,8 @@ def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, var
         default_lib = relay.build(mod, target, params=constants)
     record_lib = ms.relay_integration.compile_relay(database, mod, target, constants,
                                                     pass_config=pass_config(variant))
+    if on_built is not None:
+        on_built(record_lib, default_lib)
     device = tvm.cpu()
     timers = {"record": _timer(record_lib, inputs, device),
               "default": _timer(default_lib, inputs, device)}
