@@ -266,6 +266,13 @@ def test_progress_line_shows_elapsed_and_remaining_time():
     assert snapshots[1].estimated_latency_s == pytest.approx(2e-4)
     # Without times the line is what it was.
     assert describe(_snapshot()) == "trials 6/24 | tasks 2/8 measured | est. latency -"
+    # A task whose design spaces failed counts in the total and leaves the latency unestimated.
+    snapshots.clear()
+    partial = TuningProgress(total_trials=8, done_before=0, tasks=["a"], weights=[1.0],
+                             started=0.0, report=snapshots.append, untuned_tasks=1)
+    partial.apply(ms.task_scheduler.RoundRobin(), 0, [], built, ran)
+    assert (snapshots[0].tasks_measured, snapshots[0].tasks_total) == (1, 2)
+    assert snapshots[0].estimated_latency_s is None
 
 
 def test_the_cli_default_search_is_sized_below_metaschedules_default():

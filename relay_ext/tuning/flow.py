@@ -184,6 +184,7 @@ def tune(
             tracker = TuningProgress(
                 total_trials=None if max_trials is None else records_before + int(max_trials),
                 done_before=records_before, started=start, deadline=budget.deadline,
+                untuned_tasks=len(reports) - len(contexts),
                 tasks=[c.task_name for c in contexts], weights=weights,
                 best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
                 report=progress)

@@ -68,8 +68,12 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
         report: Optional[Callable[[ProgressSnapshot], None]] = None,
         started: Optional[float] = None,
         deadline: Optional[float] = None,
+        untuned_tasks: int = 0,
     ):
         super().__init__()
+        # tasks of the model that are not tuned (their design spaces failed): they count in the
+        # task total, and no latency is estimated while they run with TVM's default schedule
+        self.untuned_tasks = int(untuned_tasks)
         self.total_trials = None if total_trials is None else int(total_trials)
         self.trials_done = self.done_before = int(done_before)
         self.started = started  # time.monotonic() when the tune started
@@ -98,7 +102,7 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
         elapsed, remaining, estimated = self.times(now)
         snapshot = ProgressSnapshot(
             trials_done=self.trials_done, trials_total=self.total_trials,
-            tasks_measured=len(self.best), tasks_total=len(self.tasks),
+            tasks_measured=len(self.best), tasks_total=len(self.tasks) + self.untuned_tasks,
             estimated_latency_s=self.estimated_latency(),
             last_task=self.tasks[int(task_id)], last_batch_failed=failed,
             last_batch_size=len(runner_results), elapsed_s=elapsed, remaining_s=remaining,
@@ -129,7 +133,7 @@ class TuningProgress(ms.measure_callback.PyMeasureCallback):
         return elapsed, by_rate, True
 
     def estimated_latency(self) -> Optional[float]:
-        if len(self.best) < len(self.tasks):
+        if len(self.best) < len(self.tasks) or self.untuned_tasks:
             return None
         return sum(self.weights[i] * self.best[i] for i in range(len(self.tasks)))
 
