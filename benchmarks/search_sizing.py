@@ -186,7 +186,9 @@ def main() -> None:
     write_section(SECTION, "Tuning time: latency reached after M minutes, by search setting",
                   "`tvm`: MetaSchedule 0.19's EvolutionarySearch defaults (population 512, 4 "
                   "generations); `sized`: quantfuse tune's default (relay_ext/tuning/"
-                  "search_sizing.py). One tune per setting with a time budget of the largest "
+                  "search_sizing.py); both run inside quantfuse's tune (recorded candidates "
+                  "skipped, exhausted tasks ended, a new task's first batch drawn at random under "
+                  "a time budget). One tune per setting with a time budget of the largest "
                   "M (start-up included); its database is copied at the first batch after each M "
                   "and compiled afterwards with each task's best record (no never-slower rule: this "
                   "measures what the search found), timed with TVM's pool at `--threads` threads. "
