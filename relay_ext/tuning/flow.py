@@ -102,8 +102,9 @@ def tune(
     ``max_minutes``: a wall-clock budget for this call, alone or with ``max_trials`` (at least one
     of them is needed). Its clock starts when ``tune`` is called, so task extraction and design
     spaces count; ``clock_started`` (a ``time.monotonic()`` value) starts it earlier, as the CLI
-    does so that loading the model counts too (the summary's ``wall_s`` counts from there). When it runs out the tune stops as on Ctrl-C, but returns normally: the batches
-    in flight are measured and stored, the summary says ``"time_budget_spent": true``, and a later
+    does so that loading the model counts too (the summary's ``wall_s`` counts from there). When
+    it runs out the tune stops as on Ctrl-C, but returns normally: the batches in flight are
+    measured and stored, the summary says ``"time_budget_spent": true``, and a later
     ``tune`` resumes. Under a time budget each task's first batch is at most
     :data:`FIRST_BATCH_UNDER_TIME_BUDGET` candidates, so every task gets measured early; a task
     without any record that the first round over the tasks reaches after the deadline still gets
