@@ -20,15 +20,15 @@ install: $(STAMP)
 # module fixtures are built once; heaviest files first, tests/conftest.py), then the tests that
 # time code, alone on the machine.
 TEST_WORKERS ?= 2
+PARALLEL_PYTEST = TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) \
+	--dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile \
-	    --no-loadscope-reorder -m "not serial and not slow" tests
+	$(PARALLEL_PYTEST) -m "not serial and not slow" tests
 	TOPHUB_LOCATION=NONE $(PY) -m pytest -q -m serial tests
 
 # The whole flows of a minute or more each (tests/conftest.py SLOW_TESTS); CI runs them after `test`.
 test-slow: $(STAMP)
-	TOPHUB_LOCATION=NONE $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile \
-	    --no-loadscope-reorder -m "slow and not serial" tests
+	$(PARALLEL_PYTEST) -m "slow and not serial" tests
 
 demo: $(STAMP)
 	TOPHUB_LOCATION=NONE $(VENV)/bin/quantfuse demo
