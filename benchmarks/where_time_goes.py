@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import logging
 import os
 import statistics
@@ -47,7 +48,7 @@ from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normaliz
 from relay_ext.lowering.vnni_conv_schedule import vpdpbusd_accumulators
 from relay_ext.report.latency import tvm_timer, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
-from relay_ext.tuning.never_slower import compile_never_slower, time_task
+from relay_ext.tuning.never_slower import compile_never_slower, has_record, time_task
 from relay_ext.tuning.tasks import lowered_tasks
 from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
 
@@ -86,14 +87,12 @@ def tvm_channels(cin: int, cout: int, groups: int) -> Tuple[int, int]:
     return -(-cin // 4) * 4, -(-cout // 16) * 16
 
 
-def tvm_layers(loaded, database: ms.Database, target, variant: str, rounds: int) -> List[Dict]:
+def tvm_layers(tasks, database: ms.Database, target, variant: str, rounds: int) -> List[Dict]:
     """Per task: its calls, conv signature, and the time of what the model runs (the record, or
     TOPI's default where the never-slower rule drops the record)."""
     rows = []
-    for task in lowered_tasks(loaded.mod, loaded.params, target, variant):
-        workload = task.dispatched[0]
-        has_record = database.has_workload(workload) and bool(
-            database.get_top_k(database.commit_workload(workload), 1))
+    for task in tasks:
+        tuned = has_record(database, task.dispatched[0])
         registers: Dict[str, int] = {}
 
         def count(record_lib, default_lib, registers=registers):
@@ -101,19 +100,19 @@ def tvm_layers(loaded, database: ms.Database, target, variant: str, rounds: int)
             registers["default"] = vpdpbusd_accumulators(default_lib)
 
         try:
-            timed = time_task(task, database if has_record else ms.database.MemoryDatabase(),
+            timed = time_task(task, database if tuned else ms.database.MemoryDatabase(),
                               target, variant, rounds, on_built=count)
         except Exception as error:  # pylint: disable=broad-except - one row lost, not the table
             logger.warning("could not time %s: %s", task.task_name,
                            (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
             continue
-        used = timed.record_ms if has_record and not timed.uses_default else timed.default_ms
+        runs_record = tuned and not timed.uses_default
         rows.append({"task": task.task_name, "calls": int(task.weight),
-                     "signature": conv_signature(task), "tuned": has_record,
-                     "record_ms": timed.record_ms if has_record else None,
-                     "default_ms": timed.default_ms, "used_ms": used,
-                     "accumulators": registers.get(
-                         "record" if has_record and not timed.uses_default else "default")})
+                     "signature": conv_signature(task), "tuned": tuned,
+                     "record_ms": timed.record_ms if tuned else None,
+                     "default_ms": timed.default_ms,
+                     "used_ms": timed.record_ms if runs_record else timed.default_ms,
+                     "accumulators": registers.get("record" if runs_record else "default")})
     return rows
 
 
@@ -133,48 +132,43 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
     times: Dict[str, List[float]] = collections.defaultdict(list)
     info: Dict[str, Dict] = {}
     started: Dict[str, float] = {}
-    hooks = []
-    for module_name, module in model.named_modules():
-        if list(module.children()):
-            continue
+    leaves = [(n, m) for n, m in model.named_modules() if not list(m.children())]
 
-        def pre(mod, args, module_name=module_name):
-            started[module_name] = time.perf_counter()
+    def pre(module_name, mod, args):
+        started[module_name] = time.perf_counter()
 
-        def post(mod, args, output, module_name=module_name):
-            times[module_name].append(1e3 * (time.perf_counter() - started[module_name]))
-            if module_name not in info:
-                signature = None
-                if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
-                    out = output.shape
-                    signature = (*tvm_channels(int(mod.in_channels), int(mod.out_channels),
-                                               int(getattr(mod, "groups", 1))),
-                                 int(mod.kernel_size[0]), int(out[2]), int(out[3]))
-                info[module_name] = {"kind": type(mod).__name__, "signature": signature}
+    def post(module_name, mod, args, output):
+        times[module_name].append(1e3 * (time.perf_counter() - started[module_name]))
+        if module_name not in info:
+            signature = None
+            if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
+                out = output.shape
+                signature = (*tvm_channels(int(mod.in_channels), int(mod.out_channels),
+                                           int(getattr(mod, "groups", 1))),
+                             int(mod.kernel_size[0]), int(out[2]), int(out[3]))
+            info[module_name] = {"kind": type(mod).__name__, "signature": signature}
 
-        hooks += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    def hooked():
+        return [handle for n, m in leaves
+                for handle in (m.register_forward_pre_hook(functools.partial(pre, n)),
+                               m.register_forward_hook(functools.partial(post, n)))]
+
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     whole: List[float] = []
+    hooks = hooked()
     try:
         with quantization_engine(QUANTIZATION_BACKEND), torch.no_grad():
-            for _ in range(3):
+            for _ in range(3):  # warm-up, and each module's signature
                 model(data)
-            times.clear()
-            for hook in hooks:  # the whole model without hooks first, then with
+            for hook in hooks:  # the whole model without hooks first, then each module with
                 hook.remove()
             for _ in range(rounds):
                 start = time.perf_counter()
                 model(data)
                 whole.append(1e3 * (time.perf_counter() - start))
-            for module_name, module in model.named_modules():
-                if module_name in info:
-                    hooks += [module.register_forward_pre_hook(
-                        lambda mod, args, n=module_name: started.__setitem__(
-                            n, time.perf_counter())),
-                        module.register_forward_hook(
-                            lambda mod, args, out, n=module_name: times[n].append(
-                                1e3 * (time.perf_counter() - started[n])))]
+            times.clear()
+            hooks = hooked()
             for _ in range(rounds):
                 model(data)
     finally:
@@ -185,9 +179,12 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
     return layers, statistics.median(whole)
 
 
-def tvm_model_ms(loaded, database: ms.Database, target, variant: str, rounds: int) -> float:
-    """The whole model compiled as ``quantfuse bench`` compiles it (never-slower rule)."""
-    lib, _ = compile_never_slower(database, loaded.mod, loaded.params, target, variant)
+def tvm_model_ms(loaded, tasks, database: ms.Database, target, variant: str,
+                 rounds: int) -> float:
+    """The whole model compiled as ``quantfuse bench`` compiles it (never-slower rule; ``tasks``:
+    the model's extracted tasks, so they are not extracted again)."""
+    lib, _ = compile_never_slower(database, loaded.mod, loaded.params, target, variant,
+                                  tasks=tasks)
     _, one_round = tvm_timer(lib, loaded.inputs, 5)
     return 1e3 * statistics.median(one_round() for _ in range(rounds))
 
@@ -267,10 +264,11 @@ def main() -> int:
                          "pass --target with the tuned target")
     database = compilable_records(open_tuned_database(args.work_dir)).database
     loaded = frontend_models.load(args.model, image_size=args.image_size)
+    tasks = lowered_tasks(loaded.mod, loaded.params, target, variant)
     tvm_rows = with_tvm_threads(
-        args.threads, lambda: tvm_layers(loaded, database, target, variant, args.rounds))
+        args.threads, lambda: tvm_layers(tasks, database, target, variant, args.rounds))
     tvm_total = with_tvm_threads(
-        args.threads, lambda: tvm_model_ms(loaded, database, target, variant, args.rounds))
+        args.threads, lambda: tvm_model_ms(loaded, tasks, database, target, variant, args.rounds))
     torch_rows, torch_total = pytorch_layers(args.model, args.image_size, args.threads,
                                              args.rounds)
     header, rows = table(tvm_rows, torch_rows, tvm_total, torch_total)

@@ -172,6 +172,12 @@ def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, var
                          1e3 * statistics.median(samples["default"]), int(task.weight))
 
 
+def has_record(database: ms.Database, workload: tvm.IRModule) -> bool:
+    """``database`` holds a record of ``workload`` (without committing a workload it lacks)."""
+    return bool(database.has_workload(workload)
+                and database.get_top_k(database.commit_workload(workload), 1))
+
+
 def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                          params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                          variant: str, tasks: Optional[Sequence[ms.ExtractedTask]] = None,
@@ -188,9 +194,7 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
     dropped = set()
     for task in tasks:
         workload = task.dispatched[0]
-        if not database.has_workload(workload):
-            continue
-        if not database.get_top_k(database.commit_workload(workload), 1):
+        if not has_record(database, workload):
             continue
         try:
             comparison = time_task(task, database, target, variant, rounds)
