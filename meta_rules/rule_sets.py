@@ -11,7 +11,9 @@ Variants:
   right after that AutoInline and :class:`ComputeReductionAtConsumer` right after
   ``CrossThreadReduction``; on GPU targets TVM's ``VerifyGPUCode`` postproc is replaced by
   :class:`VerifyLoweredGPUCode`; where TVM rewrites weight layouts (``RewriteLayout``: CPU
-  targets), :class:`RejectFlatLayoutRewrite` comes right after it.
+  targets), :class:`RejectFlatLayoutRewrite` comes right after it; for an llvm target with AMX
+  int8 (``-mattr=+amx-tile,+amx-int8``), :class:`AMXConv` right after ``AutoInline`` and its
+  postproc :class:`TensorizeAMXConv` right after ``RewriteReductionBlock``.
 
 The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
 with a TuneContext for the target, exactly as a tune with default rules would.
@@ -27,6 +29,7 @@ from tvm import meta_schedule as ms
 from tvm import te
 from tvm.target import Target
 
+from .amx_conv import AMXConv, TensorizeAMXConv, target_has_amx
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer, follows_cross_thread_reduction
 from .inline_constant_blocks import InlineConstantBlocks
 from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite
@@ -102,13 +105,17 @@ def kinds_with_defaults() -> List[str]:
     return kinds
 
 
-def _edit_rules(rules: List[ms.ScheduleRule], variant: str) -> List[ms.ScheduleRule]:
+def _edit_rules(rules: List[ms.ScheduleRule], variant: str,
+                target: Target) -> List[ms.ScheduleRule]:
     if variant == "upstream":
         return rules
     rules = [r for r in rules if not isinstance(r, ms.schedule_rule.InlineConstantScalars)]
     if variant == "ours":
         custom = [i for i, r in enumerate(rules) if isinstance(r, ms.schedule_rule.ApplyCustomRule)]
         rules.insert(custom[0] + 1 if custom else 0, InlineConstantBlocks())
+        if target_has_amx(target):
+            rules = _insert_after(rules, lambda r: isinstance(r, ms.schedule_rule.AutoInline),
+                                  AMXConv)
         if any(follows_into_producer(r) for r in rules):
             rules = _insert_after(rules, follows_into_producer, ReverseInlineAfterInlining)
             rules = _insert_after(rules, follows_cross_thread_reduction, ComputeReductionAtConsumer)
@@ -126,10 +133,14 @@ def _insert_after(rules: list, where, make) -> list:
     return edited
 
 
-def _edit_postprocs(procs: List[ms.Postproc], variant: str) -> List[ms.Postproc]:
+def _edit_postprocs(procs: List[ms.Postproc], variant: str,
+                    target: Target) -> List[ms.Postproc]:
     if variant != "ours":
         return procs
     procs = [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p for p in procs]
+    if target_has_amx(target):
+        procs = _insert_after(procs, lambda p: isinstance(p, ms.postproc.RewriteReductionBlock),
+                              TensorizeAMXConv)
     return _insert_after(procs, lambda p: isinstance(p, ms.postproc.RewriteLayout),
                          RejectFlatLayoutRewrite)
 
@@ -141,7 +152,7 @@ def rule_set(target: TargetLike, variant: str = "ours") -> PostOrderApplyDefault
     target = as_target(target)
     register_tensor_intrinsics(target)  # the tensorizing rules name them
     rules, procs, probs = _ask_tvm(target)
-    return (_edit_rules(rules, variant), _edit_postprocs(procs, variant),
+    return (_edit_rules(rules, variant, target), _edit_postprocs(procs, variant, target),
             {m: float(p) for m, p in probs.items()})
 
 

@@ -23,6 +23,7 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
+from meta_rules.amx_conv import register_intrinsics_of
 from meta_rules.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat_rewrites
 from meta_rules.tvm_errors import tvm_error_message
 
@@ -60,6 +61,7 @@ def unbuildable_reason(record: ms.database.TuningRecord) -> Optional[str]:
     layout); None when it can."""
     sch = tir.Schedule(record.workload.mod)
     try:
+        register_intrinsics_of(record.trace)  # AMXConv's are registered on demand
         record.trace.apply_to_schedule(sch, remove_postproc=False)
     except Exception as err:  # pylint: disable=broad-except
         return f"its trace no longer replays: {tvm_error_message(err, limit=120)}"

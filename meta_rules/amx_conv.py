@@ -1,0 +1,413 @@
+"""AMXConv: int8 3x3 convolutions on AMX tiles (``tdpbusd``), a schedule rule for MetaSchedule.
+
+TOPI's int8 conv on x86 (``conv2d_NCHWc_int8``) with 64 input channels per block (data
+``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.amx_layout`` chooses where the
+target has AMX) computes::
+
+    for n, oc_chunk, oh, ow, oc_block, kh, kw, ic_outer, ic_f_inner, ic_s_inner in T.grid(
+            1, OC // 16, OH, OW, 16, 3, 3, IC // 64, 16, 4):
+        with T.block("conv2d_NCHWc_int8"):
+            ...
+            conv[n, oc_chunk, oh, ow, oc_block] += T.Cast("int32", data_pad[n, ic_outer,
+                oh + kh, ow + kw, ic_f_inner * 4 + ic_s_inner]) * T.Cast("int32", kernel[
+                oc_chunk, ic_outer, kh, kw, ic_f_inner, oc_block, ic_s_inner])
+
+Every (oh, 16 output channels) slice of that is a matrix product AMX does in one instruction:
+``R`` consecutive output pixels (tile rows) x 64 input channels (one tile row of data: 64 bytes,
+the pixels ``ic_bn`` bytes apart in ``NCHW64c``) times the 16x16x4 weight block (one 16x64-byte
+tile, already in the order ``tdpbusd`` wants). The rule splits the conv into blocks of ``MH``
+output rows x ``R`` pixels x 32 output channels, tensorizes each block's whole reduction (3 x 3
+taps x IC/64) with one intrinsic that keeps its ``2 * MH`` accumulator tiles in tile registers
+(loaded from the output once, stored once), and runs the blocks in parallel::
+
+    for fused in T.parallel(OC // 32 * OH // MH):          # n, oc pair, oh block
+        for ow_o in range(OW // R):
+            conv_init ...                                  # decompose_reduction
+            with T.block("conv2d_NCHWc_int8_o"):           # blockize + tensorize
+                T.call_llvm_intrin(... "llvm.x86.ldtilecfg" ...)
+                ... tileloadd64 (accumulators), then per tap and 64 channels:
+                    tileloadd64 (MH data tiles, 2 weight tiles), tdpbusd x (2 * MH)
+                ... tilestored64 (accumulators)
+            epilogue (the conv's one consumer, reverse_compute_at here)
+
+Measured before building this (benchmarks/amx_conv_probe.py): keeping the accumulators in tile
+registers over the whole reduction is what pays; an intrinsic of one 16x16x64 product, with the
+accumulator loaded and stored around every ``tdpbusd``, ran no faster than TVM's VNNI code.
+
+The rule only touches a block that has exactly that shape (stride 1, 3x3, uint8 x int8 -> int32,
+64-channel data blocks, 16-channel output blocks, an even number of them), and only for a target
+whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is left as it came,
+for the rules after it. Code from it runs only in a process that holds the kernel's permission
+for AMX tile data (``relay_ext.lowering.amx``): the tile configuration is loaded by the
+intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Dict, List, Optional, Tuple
+
+import tvm
+from tvm import tir
+from tvm.meta_schedule.postproc import Postproc, PyPostproc
+from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
+from tvm.meta_schedule.utils import derived_object
+from tvm.tir.schedule import BlockRV, Schedule
+
+logger = logging.getLogger(__name__)
+
+AMX_FEATURES = ("amx-tile", "amx-int8")
+TILE_ROWS = 16  # the most rows a tile has
+TILE_BYTES = 64  # bytes per tile row
+OC_TILES = 2  # accumulator tiles side by side in output channels (16 each)
+AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
+
+
+@dataclasses.dataclass(frozen=True)
+class AMXConvShape:
+    """What the rule needs to know of an eligible conv block."""
+
+    oc_chunks: int  # output channels / 16
+    ic_blocks: int  # input channels / 64
+    height: int  # output rows
+    width: int  # output columns
+    rows: int  # R: output pixels per tile (a divisor of width, at most 16)
+    row_block: int  # MH: output rows per block (2 where height is even, else 1)
+
+    @property
+    def intrinsic(self) -> str:
+        return f"quantfuse_amx_conv3x3_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
+
+
+def target_has_amx(target: tvm.target.Target) -> bool:
+    """Whether LLVM may emit AMX int8 tile instructions for ``target`` (its -mcpu and -mattr)."""
+    if target.kind.name != "llvm":
+        return False
+    from tvm.target.codegen import target_has_features  # pylint: disable=import-outside-toplevel
+
+    return all(target_has_features(feature, target) for feature in AMX_FEATURES)
+
+
+def _rows_for(width: int) -> int:
+    return max(r for r in range(1, TILE_ROWS + 1) if width % r == 0)
+
+
+def _static(extent) -> Optional[int]:
+    return int(extent) if isinstance(extent, tir.IntImm) else None
+
+
+def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
+    """The shape of ``block`` when it is a conv the rule can tensorize (see the module doc);
+    None otherwise."""
+    stmt = sch.get(block)
+    iters = stmt.iter_vars
+    if len(iters) != 10 or len(stmt.reads) != 2 or len(stmt.writes) != 1:
+        return None
+    kinds = "".join("S" if it.iter_type == tir.IterVar.DataPar else
+                    "R" if it.iter_type == tir.IterVar.CommReduce else "?" for it in iters)
+    extents = [_static(it.dom.extent) for it in iters]
+    if kinds != "SSSSSRRRRR" or None in extents:
+        return None
+    n, oc_chunks, height, width, oc_block, kh, kw, ic_blocks, ic_f, ic_s = extents
+    if (n, oc_block, kh, kw, ic_f, ic_s) != (1, 16, 3, 3, 16, 4) or oc_chunks % OC_TILES:
+        return None
+    if not isinstance(stmt.body, tir.BufferStore) or stmt.init is None:
+        return None
+    out = stmt.writes[0].buffer
+    data, kernel = _data_and_kernel(stmt)
+    if data is None or out.dtype != "int32" or data.dtype != "uint8" or kernel.dtype != "int8":
+        return None
+    if [_static(d) for d in kernel.shape] != [oc_chunks, ic_blocks, 3, 3, 16, 16, 4]:
+        return None
+    if _static(data.shape[-1]) != TILE_BYTES or len(data.shape) != 5:
+        return None
+    if not _reads_stride_one(stmt, data):
+        return None
+    return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
+                        2 if height % 2 == 0 else 1)
+
+
+def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[tir.Buffer]]:
+    buffers = [region.buffer for region in stmt.reads if region.buffer != stmt.writes[0].buffer]
+    if len(buffers) != 2:
+        return None, None
+    data = [b for b in buffers if len(b.shape) == 5]
+    kernel = [b for b in buffers if len(b.shape) == 7]
+    return (data[0], kernel[0]) if data and kernel else (None, None)
+
+
+def _reads_stride_one(stmt: tir.Block, data: tir.Buffer) -> bool:
+    """The data is read at [n, ic_outer, oh + kh, ow + kw, ic_f * 4 + ic_s] (stride and dilation
+    1), as the intrinsic's tile loads assume."""
+    v = [it.var for it in stmt.iter_vars]
+    expected = [v[0], v[7], v[2] + v[5], v[3] + v[6], v[8] * 4 + v[9]]
+    found: List[tir.BufferLoad] = []
+
+    def visit(node):
+        if isinstance(node, tir.BufferLoad) and node.buffer == data:
+            found.append(node)
+
+    tir.stmt_functor.post_order_visit(stmt.body, visit)
+    analyzer = tvm.arith.Analyzer()
+    return len(found) == 1 and all(analyzer.can_prove_equal(a, b)
+                                   for a, b in zip(found[0].indices, expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# The tensor intrinsic: one block's whole reduction, accumulators in tile registers.
+
+def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
+    """TVMScript of the description and the implementation for ``shape``'s block. Generated as
+    text: the tile numbers must be literal constants, and loops of extent 1 (one row block, one
+    64-channel block) are bound outside the block by blockize, so they differ per shape."""
+    mh, r, kb = shape.row_block, shape.rows, shape.ic_blocks
+    loops = ([("oh", mh)] if mh > 1 else []) + [("occ", OC_TILES), ("ow", r), ("ocb", 16),
+                                                 ("kh", 3), ("kw", 3), ("ico", kb), ("icf", 16),
+                                                 ("ics", 4)]
+    bound = [name for name in ("occ", "oh", "ow", "ocb", "kh", "kw", "ico", "icf", "ics")
+             if name in dict(loops) and (name != "ico" or kb > 1)]
+    kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
+    oh = "voh" if mh > 1 else "0"
+    ico = "vico" if kb > 1 else "0"
+    a_shape = f"(1, {kb}, {mh + 2}, {r + 2}, 64)"
+    b_shape = f"(2, {kb}, 3, 3, 16, 16, 4)"
+    c_shape = f"(1, 2, {mh}, {r}, 16)"
+    reads = (f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16], A[0, 0:{kb}, 0:{mh + 2}, 0:{r + 2}, 0:64], "
+             f"B[0:2, 0:{kb}, 0:3, 0:3, 0:16, 0:16, 0:4]")
+    writes = f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16]"
+    buffers = (
+        f"    A = T.match_buffer(a, {a_shape}, \"uint8\", offset_factor=1, "
+        f"strides=[sa0, sa1, sa2, sa3, 1])\n"
+        f"    B = T.match_buffer(b, {b_shape}, \"int8\", offset_factor=1, "
+        f"strides=[sb0, sb1, sb2, sb3, 64, 4, 1])\n"
+        f"    C = T.match_buffer(c, {c_shape}, \"int32\", offset_factor=1, "
+        f"strides=[sc0, sc1, sc2, 16, 1])\n")
+    header = ("@T.prim_func\n"
+              "def func(a: T.handle, b: T.handle, c: T.handle) -> None:\n"
+              "    sa0, sa1, sa2, sa3 = T.int32(), T.int32(), T.int32(), T.int32()\n"
+              "    sb0, sb1, sb2, sb3 = T.int32(), T.int32(), T.int32(), T.int32()\n"
+              "    sc0, sc1, sc2 = T.int32(), T.int32(), T.int32()\n" + buffers +
+              "    with T.block(\"root\"):\n"
+              f"        T.reads({reads})\n"
+              f"        T.writes({writes})\n")
+    names = ", ".join(name for name, _ in loops)
+    extents = ", ".join(str(extent) for _, extent in loops)
+    desc = header + (
+        f"        for {names} in T.grid({extents}):\n"
+        "            with T.block(\"update\"):\n"
+        f"                {', '.join('v' + b for b in bound)} = T.axis.remap(\"{kinds}\", "
+        f"[{', '.join(bound)}])\n"
+        f"                C[0, vocc, {oh}, vow, vocb] = C[0, vocc, {oh}, vow, vocb] + "
+        f"T.Cast(\"int32\", A[0, {ico}, {oh} + vkh, vow + vkw, vicf * 4 + vics]) * "
+        f"T.Cast(\"int32\", B[vocc, {ico}, vkh, vkw, vicf, vocb, vics])\n")
+
+    def call(name: str, *args: str) -> str:
+        return f"T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.{name}\", T.uint32(0), " \
+               f"{', '.join(args)}))"
+
+    config = [0] * 64
+    config[0] = 1  # palette 1
+    tiles: Dict[int, int] = {}  # tile -> rows
+    for m in range(mh):
+        for n in range(OC_TILES):
+            tiles[m * OC_TILES + n] = r  # accumulators
+        tiles[4 + m] = r  # data
+    for n in range(OC_TILES):
+        tiles[6 + n] = TILE_ROWS  # weights
+    for tile, rows in tiles.items():
+        config[16 + 2 * tile] = TILE_BYTES
+        config[48 + tile] = rows
+    body = ["config = T.decl_buffer((64,), \"uint8\", scope=\"local\")"]
+    body += [f"config[{i}] = T.uint8({value})" for i, value in enumerate(config)]
+    body.append(call("ldtilecfg", "T.address_of(config[0])"))
+    c_stride = "T.int64(64)"  # a C tile row: 16 int32 (C's strides end in 16, 1)
+    accumulators = [(m, n) for m in range(mh) for n in range(OC_TILES)]
+    for m, n in accumulators:
+        body.append(call("tileloadd64", f"T.uint8({m * OC_TILES + n})",
+                         f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride))
+    step = []
+    for m in range(mh):
+        step.append(call("tileloadd64", f"T.uint8({4 + m})",
+                         f"T.address_of(A[0, kb, kh + {m}, kw, 0])", "T.Cast(\"int64\", sa3)"))
+    for n in range(OC_TILES):
+        step.append(call("tileloadd64", f"T.uint8({6 + n})",
+                         f"T.address_of(B[{n}, kb, kh, kw, 0, 0, 0])", "T.int64(64)"))
+    for m, n in accumulators:
+        step.append(call("tdpbusd", f"T.uint8({m * OC_TILES + n})", f"T.uint8({4 + m})",
+                         f"T.uint8({6 + n})"))
+    impl = header + "".join(f"        {line}\n" for line in body) + (
+        f"        for kh, kw, kb in T.grid(3, 3, {kb}):\n" +
+        "".join(f"            {line}\n" for line in step) +
+        "".join("        " + call("tilestored64", f"T.uint8({m * OC_TILES + n})",
+                                  f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride) + "\n"
+                for m, n in accumulators))
+    return desc, impl
+
+
+_REGISTERED: Dict[str, bool] = {}
+
+
+def register_intrinsic(shape: AMXConvShape) -> str:
+    """Register (once per process) the tensor intrinsic of ``shape``'s block; its name."""
+    name = shape.intrinsic
+    if name not in _REGISTERED:
+        desc, impl = _intrinsic_source(shape)
+        tir.TensorIntrin.register(name, tvm.script.from_source(desc),
+                                  tvm.script.from_source(impl), override=True)
+        _REGISTERED[name] = True
+    return name
+
+
+def register_intrinsic_by_name(name: str) -> bool:
+    """Register the intrinsic a tuning record names (``quantfuse_amx_conv3x3_m2_r14_k1``), so
+    that the record's trace replays in a fresh process; False when ``name`` is not one of ours."""
+    prefix = "quantfuse_amx_conv3x3_"
+    if not name.startswith(prefix):
+        return False
+    try:
+        mh, r, kb = (int(part[1:]) for part in name[len(prefix):].split("_"))
+    except ValueError:
+        return False
+    register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh))
+    return True
+
+
+def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:
+    """Register the AMX intrinsics a trace's ``tensorize`` instructions name (a record tuned in
+    another process replays only once they exist); the names registered."""
+    names = []
+    for inst in trace.insts:
+        if inst.kind.name == "Tensorize" and inst.attrs and \
+                register_intrinsic_by_name(str(inst.attrs[0])):
+            names.append(str(inst.attrs[0]))
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+# The schedule.
+
+def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> None:
+    """Tile, parallelize and tensorize ``block`` (see the module doc). The conv's single
+    consumer, if any, is computed at each block and a 5-D producer (the pad) parallelized over
+    rows; both are then annotated ``schedule_rule = "None"``, which keeps the rules after this
+    one (``RandomComputeLocation``, the tiling rules) away from what is settled here."""
+    n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
+    occ_o, occ_i = sch.split(occ, [None, OC_TILES])
+    if shape.row_block > 1:
+        oh_o, oh_i = sch.split(oh, [None, shape.row_block])
+        inner = [oh_i, occ_i]
+    else:
+        oh_o, inner = oh, [occ_i]
+    ow_o, ow_i = sch.split(ow, [None, shape.rows])
+    sch.reorder(n, occ_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
+    outer = sch.fuse(n, occ_o, oh_o)
+    sch.parallel(outer)
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1:  # the epilogue, AutoInline having made it one block
+        sch.reverse_compute_at(consumers[0], ow_o)
+        sch.vectorize(sch.get_loops(consumers[0])[-1])
+        sch.annotate(consumers[0], "schedule_rule", "None")
+    for producer in sch.get_producers(block):  # the pad: at the root, parallel over rows
+        loops = sch.get_loops(producer)
+        if len(loops) == 5:
+            sch.parallel(sch.fuse(*loops[:3]))
+            sch.vectorize(loops[-1])
+            sch.annotate(producer, "schedule_rule", "None")
+    # The block is marked, not tensorized yet: TensorizeAMXConv (a postproc placed after
+    # RewriteParallelVectorizeUnroll and RewriteReductionBlock) decomposes its reduction and
+    # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
+    # make RewriteParallelVectorizeUnroll's ``parallel`` fail; left with its init, TVM's
+    # RewriteTensorize trips over the block inside the init (it has no place in the sref tree).
+    tensorized = sch.blockize(inner[0])
+    sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
+    sch.annotate(block, "schedule_rule", "None")  # the rules after this one leave it alone
+
+
+@derived_object
+class AMXConv(PyScheduleRule):
+    """Tensorize eligible int8 convs with AMX tiles (see the module doc); other blocks pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enabled = False
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.enabled = context.target is not None and target_has_amx(context.target)
+
+    def apply(self, sch: Schedule, block: BlockRV) -> List[Schedule]:
+        if not self.enabled:
+            return [sch]
+        try:
+            shape = amx_conv_shape(sch, block)
+            if shape is None:
+                return [sch]
+            tiled = sch.copy()
+            schedule_amx_conv(tiled, block, shape)
+        except Exception as error:  # pylint: disable=broad-except - the block keeps its rules
+            # An exception must not reach the search's C++ thread; the block goes on to the
+            # other rules untouched.
+            logger.warning("AMXConv could not tensorize %s: %s", sch.get(block).name_hint,
+                           str(error).strip().splitlines()[-1:] or type(error).__name__)
+            return [sch]
+        return [tiled]
+
+    def clone(self) -> ScheduleRule:
+        rule = AMXConv()
+        rule.enabled = self.enabled
+        return rule
+
+    def __str__(self) -> str:
+        return "AMXConv"
+
+
+def marked_blocks(sch: Schedule) -> List[Tuple[str, str]]:
+    """(block name, intrinsic) of every block :class:`AMXConv` marked."""
+    marked: List[Tuple[str, str]] = []
+    for _, func in sch.mod.functions.items():
+        if not isinstance(func, tir.PrimFunc):
+            continue
+
+        def visit(node):
+            if isinstance(node, tir.Block) and AMX_ANNOTATION in node.annotations:
+                marked.append((node.name_hint, str(node.annotations[AMX_ANNOTATION])))
+
+        tir.stmt_functor.post_order_visit(func.body, visit)
+    return marked
+
+
+def tensorize_marked(sch: Schedule) -> int:
+    """Decompose and tensorize every block :class:`AMXConv` marked; how many."""
+    marked = marked_blocks(sch)
+    for name, intrinsic in marked:
+        block = sch.get_block(name)
+        sch.unannotate(block, AMX_ANNOTATION)
+        sch.decompose_reduction(block, sch.get_loops(block)[-1])
+        register_intrinsic_by_name(intrinsic)
+        sch.tensorize(block, intrinsic)
+    return len(marked)
+
+
+@derived_object
+class TensorizeAMXConv(PyPostproc):
+    """The postproc half of :class:`AMXConv`: decompose and tensorize the blocks it marked
+    (placed after ``RewriteReductionBlock``, before ``RewriteTensorize``); a candidate where that
+    fails is rejected."""
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, sch: Schedule) -> bool:
+        try:
+            tensorize_marked(sch)
+        except Exception as error:  # pylint: disable=broad-except - reject, never raise into C++
+            logger.warning("TensorizeAMXConv rejects a candidate: %s",
+                           (str(error).strip().splitlines() or [type(error).__name__])[-1])
+            return False
+        return True
+
+    def clone(self) -> Postproc:
+        return TensorizeAMXConv()
+
+    def __str__(self) -> str:
+        return "TensorizeAMXConv"

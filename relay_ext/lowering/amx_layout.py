@@ -1,0 +1,92 @@
+"""The int8 conv layout AMX needs, chosen by Relay's x86 layout pass where the target has AMX.
+
+Relay turns every int8 ``nn.conv2d`` on x86 into ``contrib_conv2d_NCHWc`` with the channel blocks
+of TOPI's fallback configuration (``_get_default_config_int8``): 16 input channels per data block
+(``NCHW16c``), weights ``OIHW4i16o4i``. An AMX tile row is 64 bytes, so
+:mod:`meta_rules.amx_conv` needs 64 input channels per data block: ``NCHW64c`` data and
+``OIHW16i16o4i`` weights (each 16x16x4 weight block one tile), output ``NCHW16c`` as before.
+
+:func:`install` wraps that fallback configuration in TOPI's layout pass: for a target whose LLVM
+features include ``amx-tile`` and ``amx-int8``, a conv the AMX rule can take (3x3, stride 1,
+dilation 1, one group, input channels a multiple of 64, output channels of 32) gets 64-channel
+input blocks and 16-channel output blocks; every other conv, and every conv of any other target,
+keeps TOPI's choice. Relay inserts the layout transforms between convs of different blocks.
+
+It also keeps TOPI's own AMX code out of such a target: TOPI's x86 ``dense`` and
+``batch_matmul`` schedules switch to their AMX variants when the target has ``amx-int8``, and on
+TVM 0.19 those crash or fail to build (docs/cpu.md); they are told the target has no AMX, and use
+their VNNI schedules.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+from tvm.target import Target
+
+logger = logging.getLogger(__name__)
+
+AMX_IC_BLOCK = 64
+OC_BLOCK = 16
+_topi_default_config: Optional[Callable[..., Any]] = None
+
+
+def amx_eligible(in_channels: int, out_channels: int, kernel: tuple, strides: tuple,
+                 dilation: tuple, groups: int = 1) -> bool:
+    """Whether :mod:`meta_rules.amx_conv` can take a conv of this shape."""
+    return (groups == 1 and tuple(kernel) == (3, 3) and tuple(strides) == (1, 1)
+            and tuple(dilation) == (1, 1) and in_channels % AMX_IC_BLOCK == 0
+            and out_channels % (2 * OC_BLOCK) == 0)
+
+
+def _target_has_amx(target: Optional[Target]) -> bool:
+    from meta_rules.amx_conv import target_has_amx  # pylint: disable=import-outside-toplevel
+
+    return target is not None and target_has_amx(target)
+
+
+def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,
+                         is_depthwise=False, layout="NCHW", int32_lanes=4):
+    """TOPI's fallback configuration, then 64-channel input blocks for an AMX-eligible conv."""
+    from tvm.autotvm.task.space import SplitEntity  # pylint: disable=import-outside-toplevel
+
+    _topi_default_config(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,
+                         is_depthwise, layout, int32_lanes)
+    if is_depthwise or layout != "NCHW" or len(kernel_tensor.shape) != 4:
+        return
+    out_channels, in_channels, kh, kw = (int(d) for d in kernel_tensor.shape)
+    strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
+    dilation = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
+    if (str(data_tensor.dtype) == "uint8" and _target_has_amx(Target.current(allow_none=True))
+            and amx_eligible(in_channels, out_channels, (kh, kw), strides, dilation)):
+        cfg["tile_ic"] = SplitEntity([in_channels // AMX_IC_BLOCK, AMX_IC_BLOCK])
+        cfg["tile_oc"] = SplitEntity([out_channels // OC_BLOCK, OC_BLOCK])
+
+
+def _without_amx_int8(target_has_features: Callable[..., bool]) -> Callable[..., bool]:
+    def has_features(keys, target=None):
+        wanted = [keys] if isinstance(keys, str) else list(keys)
+        if any(str(key).startswith("amx") for key in wanted):
+            return False
+        return target_has_features(keys, target)
+    has_features.quantfuse_without_amx = True
+    return has_features
+
+
+def install() -> bool:
+    """Wrap TOPI's fallback int8 conv configuration and hide AMX from TOPI's dense and
+    batch_matmul schedules (idempotent); True once done."""
+    global _topi_default_config  # pylint: disable=global-statement
+    import importlib  # pylint: disable=import-outside-toplevel
+
+    # by module path: tvm.topi.x86 re-exports functions named like its modules (dense ...)
+    conv2d_alter_op = importlib.import_module("tvm.topi.x86.conv2d_alter_op")
+    if _topi_default_config is None:
+        _topi_default_config = conv2d_alter_op._get_default_config_int8  # pylint: disable=protected-access
+        conv2d_alter_op._get_default_config_int8 = _default_config_int8  # pylint: disable=protected-access
+        for name in ("tvm.topi.x86.dense", "tvm.topi.x86.batch_matmul"):
+            module = importlib.import_module(name)
+            if not getattr(module.target_has_features, "quantfuse_without_amx", False):
+                module.target_has_features = _without_amx_int8(module.target_has_features)
+    return True

@@ -1,0 +1,174 @@
+"""AMXConv (meta_rules/amx_conv.py) and the layout that feeds it (relay_ext/lowering/amx_layout.py).
+
+Design spaces, postprocs and the layout pass run on any host (they are TIR and Relay); the built
+code runs only where the OS enables AMX int8 and the kernel grants this process tile data
+(elsewhere those tests are skipped, saying why)."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import meta_schedule as ms
+from tvm import relay, te, tir, topi
+
+import meta_rules
+from meta_rules.amx_conv import (AMXConv, amx_conv_shape, marked_blocks,
+                                 register_intrinsic_by_name, register_intrinsics_of,
+                                 target_has_amx)
+from relay_ext.lowering import amx_layout
+from relay_ext.lowering.amx import request_amx_tile_data
+
+AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
+VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+
+
+def conv_module(channels=64, height=8, ic_block=64, stride=1, kernel=3):
+    """TOPI's int8 NCHWc conv (as Relay's x86 layout pass makes it) and a requantize-like epilogue."""
+    data = te.placeholder((1, channels // ic_block, height, height, ic_block), "uint8", "data")
+    weight = te.placeholder((channels // 16, channels // ic_block, kernel, kernel,
+                             ic_block // 4, 16, 4), "int8", "weight")
+    pad = (kernel - 1) // 2
+    conv = topi.nn.conv2d_NCHWc_int8(data, weight, (stride, stride), (pad, pad), (1, 1),
+                                     f"NCHW{ic_block}c", "NCHW16c", "int32")
+    out = te.compute(conv.shape, lambda *i: tvm.tir.max(tvm.tir.min(
+        conv(*i) // 256, 127), -128).astype("int8"), name="requantize")
+    return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
+
+
+def reference(data, weight):
+    _, blocks, height, width, _ = data.shape
+    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+    acc = np.zeros((1, weight.shape[0], height, width, 16), np.int64)
+    for kh in range(3):
+        for kw in range(3):
+            window = padded[0, :, kh:kh + height, kw:kw + width].reshape(
+                blocks, height, width, 16, 4)
+            acc[0] += np.einsum("bhwfs,obfcs->ohwc", window,
+                                weight[:, :, kh, kw].astype(np.int64))
+    return np.clip(acc // 256, -128, 127).astype(np.int8)
+
+
+def design_spaces(mod, target):
+    target = tvm.target.Target(target)
+    context = ms.TuneContext(mod=mod, target=target,
+                             space_generator=meta_rules.space_generator(target, "ours"),
+                             rand_state=3)
+    return context, context.generate_design_space()
+
+
+def amx_tensorizes(sch) -> list:
+    """The AMX intrinsics a design space marks for TensorizeAMXConv."""
+    return [intrinsic for _, intrinsic in marked_blocks(sch)]
+
+
+def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
+    assert target_has_amx(tvm.target.Target(AMX))
+    assert target_has_amx(tvm.target.Target("llvm -mcpu=sapphirerapids"))
+    assert not target_has_amx(tvm.target.Target(VNNI))
+    assert not target_has_amx(tvm.target.Target("llvm -mcpu=cascadelake -mattr=+amx-tile"))
+    assert not target_has_amx(tvm.target.Target("cuda"))
+
+
+@pytest.mark.parametrize("kwargs,eligible", [
+    ({}, True),
+    ({"channels": 128, "height": 7}, True),
+    ({"ic_block": 16}, False),    # a 16-channel data block: a quarter of a tile row
+    ({"stride": 2}, False),
+    ({"kernel": 1}, False),
+])
+def test_only_a_3x3_stride_1_conv_with_64_channel_blocks_is_taken(kwargs, eligible):
+    sch = tir.Schedule(conv_module(**kwargs))
+    assert (amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8")) is not None) == eligible
+
+
+def test_with_amx_every_design_space_tensorizes_the_conv_and_passes_the_postprocs():
+    context, spaces = design_spaces(conv_module(), AMX)
+    assert spaces
+    for sch in spaces:
+        assert amx_tensorizes(sch) == ["quantfuse_amx_conv3x3_m2_r8_k1"]
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch), str(postproc)
+        tvm.build(sch.mod, target=AMX)  # LLVM selects the tile instructions
+
+
+def test_without_amx_the_rule_leaves_the_conv_to_the_other_rules():
+    _, spaces = design_spaces(conv_module(), VNNI)
+    assert spaces and not any(amx_tensorizes(sch) for sch in spaces)
+    rules = meta_rules.schedule_rules(VNNI, "ours")
+    assert not any(isinstance(rule, AMXConv) for rule in rules)
+    assert any(isinstance(rule, AMXConv) for rule in meta_rules.schedule_rules(AMX, "ours"))
+    assert not any(isinstance(rule, AMXConv) for rule in meta_rules.schedule_rules(AMX, "upstream"))
+
+
+def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
+    context, spaces = design_spaces(conv_module(channels=128, height=7), AMX)
+    sch = spaces[0].copy()
+    for postproc in context.space_generator.postprocs:  # TensorizeAMXConv tensorizes
+        assert postproc.apply(sch)
+    assert register_intrinsics_of(sch.trace) == ["quantfuse_amx_conv3x3_m1_r7_k2"]
+    replayed = tir.Schedule(conv_module(channels=128, height=7))
+    sch.trace.apply_to_schedule(replayed, remove_postproc=False)  # as Relay builds a record
+    assert tvm.ir.structural_equal(replayed.mod, sch.mod)
+    assert register_intrinsic_by_name("quantfuse_amx_conv3x3_m2_r14_k4")
+    assert tir.TensorIntrin.get("quantfuse_amx_conv3x3_m2_r14_k4") is not None
+    assert not register_intrinsic_by_name("dot_16x4_vnni")
+    assert not register_intrinsic_by_name("quantfuse_amx_conv3x3_bad")
+
+
+@pytest.mark.parametrize("channels,height", [(64, 8), (128, 7)])
+def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height):
+    if not request_amx_tile_data():
+        pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
+                    "AMX code cannot run here")
+    context, spaces = design_spaces(conv_module(channels, height), AMX)
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, (1, channels // 64, height, height, 64), dtype=np.uint8)
+    weight = rng.integers(-128, 128, (channels // 16, channels // 64, 3, 3, 16, 16, 4),
+                          dtype=np.int8)
+    expected = reference(data, weight)
+    for sch in spaces:
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch)
+        lib = tvm.build(sch.mod, target=AMX)
+        out = tvm.nd.empty(expected.shape, "int8")
+        lib(tvm.nd.array(data), tvm.nd.array(weight), out)
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def relay_conv(in_channels, out_channels, kernel=3, stride=1):
+    data = relay.var("data", shape=(1, in_channels, 14, 14), dtype="uint8")
+    weight = relay.var("weight", shape=(out_channels, in_channels, kernel, kernel), dtype="int8")
+    conv = relay.nn.conv2d(data, weight, strides=(stride, stride), padding=(kernel // 2,) * 2,
+                           channels=out_channels, kernel_size=(kernel, kernel), out_dtype="int32")
+    return tvm.IRModule.from_expr(relay.Function([data, weight], conv))
+
+
+def conv_layouts(mod, target):
+    amx_layout.install()
+    with tvm.target.Target(target), tvm.transform.PassContext(opt_level=3):
+        mod = relay.transform.InferType()(mod)
+        mod = relay.transform.AlterOpLayout()(mod)
+    found = []
+    relay.analysis.post_order_visit(mod["main"], lambda node: found.append(
+        (str(node.attrs.data_layout), str(node.attrs.kernel_layout)))
+        if isinstance(node, relay.Call) and getattr(node.op, "name", "") ==
+        "nn.contrib_conv2d_NCHWc" else None)
+    return found
+
+
+def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the_conv():
+    assert conv_layouts(relay_conv(64, 64), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    assert conv_layouts(relay_conv(64, 64), VNNI) == [("NCHW16c", "OIHW4i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW16c", "OIHW4i16o4i")]
+    assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
+
+
+def test_topis_amx_dense_is_not_chosen_for_an_amx_target():
+    import importlib
+
+    amx_layout.install()
+    dense = importlib.import_module("tvm.topi.x86.dense")
+    with tvm.target.Target(AMX):
+        assert not dense.target_has_features("amx-int8")
+        assert dense.target_has_features(["avx512bw", "avx512f"])
