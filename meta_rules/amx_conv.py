@@ -46,7 +46,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Optional, Tuple
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
 
 import tvm
 from tvm import tir
@@ -59,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 AMX_FEATURES = ("amx-tile", "amx-int8")
 TILE_ROWS = 16  # the most rows a tile has
+MIN_ROWS = 4  # fewer pixels per tile (a width with no divisor from 4 to 16) waste the tiles
 TILE_BYTES = 64  # bytes per tile row
 OC_TILES = 2  # accumulator tiles side by side in output channels (16 each)
 AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
@@ -102,7 +106,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     None otherwise."""
     stmt = sch.get(block)
     iters = stmt.iter_vars
-    if len(iters) != 10 or len(stmt.reads) != 2 or len(stmt.writes) != 1:
+    if len(iters) != 10 or len(stmt.writes) != 1:
         return None
     kinds = "".join("S" if it.iter_type == tir.IterVar.DataPar else
                     "R" if it.iter_type == tir.IterVar.CommReduce else "?" for it in iters)
@@ -122,7 +126,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
         return None
     if _static(data.shape[-1]) != TILE_BYTES or len(data.shape) != 5:
         return None
-    if not _reads_stride_one(stmt, data):
+    if not _reads_stride_one(stmt, data) or _rows_for(width) < MIN_ROWS:
         return None
     return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
                         2 if height % 2 == 0 else 1)
@@ -241,7 +245,9 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
         "".join(f"            {line}\n" for line in step) +
         "".join("        " + call("tilestored64", f"T.uint8({m * OC_TILES + n})",
                                   f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride) + "\n"
-                for m, n in accumulators))
+                for m, n in accumulators) +
+        # the tiles are free again: the kernel need not save 8 KiB of them at a context switch
+        "        T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.tilerelease\", T.uint32(0)))\n")
     return desc, impl
 
 
@@ -271,6 +277,24 @@ def register_intrinsic_by_name(name: str) -> bool:
         return False
     register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh))
     return True
+
+
+_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3_m\d+_r\d+_k\d+")
+
+
+def register_intrinsics_named_in(work_dir: Union[str, os.PathLike]) -> List[str]:
+    """Register the AMX intrinsics that the records of a tuning database (the JSON files in
+    ``work_dir``) name: TVM replays every record's trace while it loads the database, and a
+    trace that names an intrinsic not registered fails the whole load. The names registered."""
+    names = set()
+    for path in Path(work_dir).glob("*.json"):
+        try:
+            names.update(_INTRINSIC_NAME.findall(path.read_text(errors="replace")))
+        except OSError:
+            continue
+    for name in sorted(names):
+        register_intrinsic_by_name(name)
+    return sorted(names)
 
 
 def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:

@@ -1,5 +1,6 @@
-"""Issue 18: ``--target host``, the AMX guard (no AMX code ever compiled, the kernel's tile-data
-permission) and the VNNI/AMX decisions over the flag sets of each host class."""
+"""Issue 18: ``--target host``, the AMX guard (only the AMX quantfuse uses, only where the process
+can run it; the kernel's tile-data permission) and the VNNI/AMX decisions over the flag sets of
+each host class."""
 
 import platform
 import subprocess
@@ -19,35 +20,74 @@ AMX_MCPUS = ["sapphirerapids", "graniterapids"]
 
 
 @pytest.mark.parametrize("flags, mcpu", [
-    (AMX_SERVER, "cascadelake"),  # AMX enabled, but quantfuse compiles no AMX code (yet)
+    (AMX_SERVER, "cascadelake"),
     (VNNI_SERVER, "cascadelake"),
     (SKYLAKE_SERVER, "skylake-avx512"),
     (AMD_AVX2_VM, "core-avx2"),
 ])
-def test_the_host_target_never_uses_amx_and_uses_vnni_only_where_enabled(flags, mcpu):
+@pytest.mark.parametrize("granted", [True, False])
+def test_the_host_target_uses_vnni_and_amx_only_where_enabled(flags, mcpu, granted, monkeypatch):
+    # granted: whether the kernel gives this process AMX tile data when asked (never asked
+    # where the flags lack AMX int8)
+    monkeypatch.setattr(amx, "request_amx_tile_data",
+                        lambda flags=None: granted and set(amx.AMX_INT8_FLAGS) <= set(flags))
     target = targets.host_llvm_target(2, flags=flags)
     assert target.attrs.get("mcpu") == mcpu
-    assert amx.amx_features(target) == []
+    with_amx = granted and flags == AMX_SERVER
+    assert amx.amx_features(target) == (["amx-int8", "amx-tile"] if with_amx else [])
     targets.check_runs_here(target, flags)  # runs on the host class it was chosen for
     vnni = "avx512vnni" in {str(f) for f in codegen.llvm_get_cpu_features(target)}
     assert vnni == ("avx512_vnni" in flags)
 
 
+def can_run_amx(monkeypatch, can_run: bool) -> None:
+    """This process can (or cannot) run AMX code, as on an AMX host (or any other)."""
+    monkeypatch.setattr(amx, "request_amx_tile_data", lambda flags=None: can_run)
+
+
 @pytest.mark.parametrize("mcpu", AMX_MCPUS)
-def test_an_amx_mcpu_is_mapped_to_the_best_target_without_amx(mcpu, caplog):
-    # decided by LLVM's feature set of the -mcpu: these have amx-int8 and amx-tile
-    assert {"amx-int8", "amx-tile"} <= set(amx.amx_features(f"llvm -mcpu={mcpu}"))
+def test_an_amx_mcpu_keeps_only_the_amx_quantfuse_uses_where_it_can_run(mcpu, caplog,
+                                                                         monkeypatch):
+    # decided by LLVM's feature set of the -mcpu: these have amx-int8, amx-tile and more
+    assert {"amx-int8", "amx-tile"} < set(amx.amx_features(f"llvm -mcpu={mcpu}"))
+    can_run_amx(monkeypatch, True)
+    with caplog.at_level("WARNING"):
+        mapped = targets.normalize_target(f"llvm -mcpu={mcpu} -num-cores 3")
+    assert mapped.attrs["mcpu"] == "cascadelake" and int(mapped.attrs["num-cores"]) == 3
+    assert amx.amx_features(mapped) == ["amx-int8", "amx-tile"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "quantfuse uses AMX for int8 3x3 convs" in warnings[0], warnings
+    assert "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 3" in warnings[0]
+    assert "amx-bf16" in warnings[0]  # what was dropped
+
+
+@pytest.mark.parametrize("mcpu", AMX_MCPUS)
+def test_an_amx_mcpu_is_mapped_to_the_best_target_without_amx_where_amx_cannot_run(
+        mcpu, caplog, monkeypatch):
+    can_run_amx(monkeypatch, False)
     with caplog.at_level("WARNING"):
         mapped = targets.normalize_target(f"llvm -mcpu={mcpu} -num-cores 3")
     assert mapped.attrs["mcpu"] == "cascadelake" and int(mapped.attrs["num-cores"]) == 3
     assert amx.amx_features(mapped) == []
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "no working AMX code" in warnings[0], warnings
+    assert len(warnings) == 1 and "cannot run AMX code" in warnings[0], warnings
     assert "llvm -mcpu=cascadelake -num-cores 3" in warnings[0]
 
 
-def test_amx_in_mattr_is_dropped_and_the_rest_kept():
-    mapped = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8,+avx512f")
+def test_amx_in_mattr_is_kept_where_it_can_run_and_dropped_where_not(monkeypatch, caplog):
+    text = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8,+avx512f"
+    can_run_amx(monkeypatch, True)
+    with caplog.at_level("WARNING"):
+        kept = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8")
+    assert [str(a) for a in kept.attrs["mattr"]] == ["+amx-tile", "+amx-int8"]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # nothing to say
+    assert [str(a) for a in targets.normalize_target(text).attrs["mattr"]] == \
+        ["+avx512f", "+amx-tile", "+amx-int8"]
+    # amx-tile alone: no int8 tile product, nothing of ours uses it
+    alone = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile")
+    assert amx.amx_features(alone) == []
+    can_run_amx(monkeypatch, False)
+    mapped = targets.normalize_target(text)
     assert mapped.attrs["mcpu"] == "cascadelake"
     assert [str(a) for a in mapped.attrs["mattr"]] == ["+avx512f"]
     assert amx.amx_features(mapped) == []
@@ -55,7 +95,13 @@ def test_amx_in_mattr_is_dropped_and_the_rest_kept():
     assert plain.attrs["mcpu"] == "core-avx2" and "mattr" not in plain.attrs  # no AMX: unchanged
 
 
-def test_a_mapped_amx_target_still_needs_its_vnni_on_the_host():
+def test_a_mapped_amx_target_still_needs_its_vnni_and_amx_on_the_host(monkeypatch):
+    can_run_amx(monkeypatch, True)
+    mapped = targets.normalize_target("llvm -mcpu=sapphirerapids -num-cores 2")
+    targets.check_runs_here(mapped, AMX_SERVER)
+    with pytest.raises(targets.TargetNotRunnable, match="amx"):
+        targets.check_runs_here(mapped, VNNI_SERVER)
+    can_run_amx(monkeypatch, False)
     mapped = targets.normalize_target("llvm -mcpu=sapphirerapids -num-cores 2")
     targets.check_runs_here(mapped, AMX_SERVER)
     targets.check_runs_here(mapped, VNNI_SERVER)
@@ -109,11 +155,12 @@ def test_the_api_takes_host():
 
 def test_tune_with_an_amx_target_on_a_host_without_vnni_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(targets, "host_cpu_flags", lambda: AMD_AVX2_VM)
+    can_run_amx(monkeypatch, False)  # as on that host
     assert cli.main(["tune", *TINY, "--target", "llvm -mcpu=sapphirerapids", "--trials", "2",
                      "--work-dir", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     # the mapping's warning, then the refusal of the mapped target on this AVX2-only host
-    assert len(lines) == 2 and "no working AMX code" in lines[0], err
+    assert len(lines) == 2 and "cannot run AMX code" in lines[0], err
     assert lines[1].startswith("quantfuse: error: ") and "avx512vnni" in lines[1], err
     assert "Traceback" not in err

@@ -13,15 +13,20 @@ Two things must hold before a process may execute AMX tile instructions:
     request_amx_tile_data()       # True when the kernel granted it to this process
     amx_tile_data_granted()       # True when this process already holds it (asks nothing)
     amx_features("llvm -mcpu=sapphirerapids")  # ['amx-bf16', 'amx-int8', 'amx-tile', ...]
-    without_amx(Target("llvm -mcpu=sapphirerapids -num-cores 2"))  # llvm -mcpu=cascadelake ...
+    supported_amx(Target("llvm -mcpu=sapphirerapids -num-cores 2"))
+        # llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 ... where this process can run AMX,
+        # else llvm -mcpu=cascadelake ... (without_amx)
 
-quantfuse has no working AMX code yet (TVM 0.19's TOPI AMX dense fails to build or crashes here,
-MetaSchedule has no AMX intrinsic; see docs/cpu.md), so every llvm target quantfuse takes whose
-code LLVM would allow AMX instructions in (decided from LLVM's feature set of its ``-mcpu`` and
-``-mattr``, not from a list of CPU names) is **mapped** to the best non-AMX ``-mcpu`` its own
-features cover (:func:`without_amx`, called by
-:func:`relay_ext.lowering.targets.normalize_target`), with one warning line. AMX code thus never
-reaches a process, whether or not the host or the process could run it.
+quantfuse's AMX code is :mod:`meta_rules.amx_conv` (int8 3x3 convs tensorized on tiles, with the
+layout :mod:`relay_ext.lowering.amx_layout` makes Relay choose). It needs ``amx-tile`` and
+``amx-int8`` and nothing else; TVM 0.19's own AMX schedules (TOPI's dense and batch_matmul) fail
+to build or crash here and are kept out. So every llvm target quantfuse takes
+(:func:`relay_ext.lowering.targets.normalize_target`) keeps of its AMX features, as LLVM resolves
+its ``-mcpu`` and ``-mattr`` (not a list of CPU names), only those two, and only where this
+process can run AMX code: it asks the kernel for tile data right then (:func:`supported_amx`).
+Elsewhere the target is mapped to the best non-AMX ``-mcpu`` its features cover, with one
+warning (:func:`without_amx`): AMX code never reaches a process that cannot run it. MetaSchedule's
+runner workers ask for tile data when they start (:func:`request_amx_tile_data_in_worker`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import platform
 from typing import Iterable, Optional
 
 # The guard on targets lives with the other target checks (imported here for the docs' names).
-from .targets import amx_features, host_cpu_flags, short_text, without_amx  # noqa: F401
+from .targets import (amx_features, host_cpu_flags, short_text, supported_amx,  # noqa: F401
+                      without_amx)
 
 logger = logging.getLogger(__name__)
 
@@ -82,3 +88,12 @@ def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
     if result != 0:
         logger.debug("arch_prctl(ARCH_REQ_XCOMP_PERM) refused: errno %d", ctypes.get_errno())
     return amx_tile_data_granted()
+
+
+def request_amx_tile_data_in_worker() -> None:
+    """:func:`request_amx_tile_data` as a process-pool initializer (MetaSchedule's LocalRunner
+    workers): nothing to return, nothing raised."""
+    try:
+        request_amx_tile_data()
+    except Exception:  # pylint: disable=broad-except - a worker without AMX still runs the rest
+        logger.debug("could not ask for AMX tile data in a runner worker", exc_info=True)

@@ -14,8 +14,9 @@ hides it).
 
 Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
 ``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU), turns
-``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and maps a target whose code could use
-AMX to one without it (:func:`without_amx`).
+``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and keeps of a target's AMX only what
+quantfuse uses (``amx-tile``, ``amx-int8``), and only where this process can run it
+(:func:`supported_amx`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,9 @@ def host_llvm_target(num_cores: Optional[int] = None,
                      flags: Optional[Iterable[str]] = None) -> Target:
     """An llvm target this machine can execute, for its vector extensions: ``-mcpu=cascadelake``
     with AVX-512 VNNI, ``skylake-avx512`` with AVX-512 (BW) only, ``core-avx2`` with AVX2 and FMA,
-    else plain llvm (generic x86-64; int8 code ~25x slower). ``flags`` defaults to
+    else plain llvm (generic x86-64; int8 code ~25x slower); plus ``-mattr=+amx-tile,+amx-int8``
+    where the OS enables AMX int8 and this process gets the kernel's permission for tile data
+    (quantfuse's AMX int8 3x3 convs, :mod:`meta_rules.amx_conv`). ``flags`` defaults to
     :func:`host_cpu_flags`; off x86 or where the OS does not list its flags, plain llvm.
 
     VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
@@ -136,7 +139,19 @@ def host_target_text(num_cores: Optional[int] = None,
     if flags is None:
         flags = host_cpu_flags() if _host_is_x86() else None
     mcpu = best_mcpu(flags)
-    return f"llvm{f' -mcpu={mcpu}' if mcpu else ''} -num-cores {int(num_cores or _physical_cores())}"
+    mattr = ""
+    if mcpu and flags is not None and _amx_runs_here(flags):
+        mattr = f" -mattr={','.join('+' + feature for feature in AMX_USED)}"
+    return (f"llvm{f' -mcpu={mcpu}' if mcpu else ''}{mattr} "
+            f"-num-cores {int(num_cores or _physical_cores())}")
+
+
+def _amx_runs_here(flags: Iterable[str]) -> bool:
+    """The OS enables AMX int8 (``flags``) and this process holds the kernel's permission for
+    tile data, asked for now (nothing is asked where the flags lack AMX)."""
+    from .amx import request_amx_tile_data  # pylint: disable=import-outside-toplevel
+
+    return request_amx_tile_data(flags)
 
 
 # --- checking a target ---------------------------------------------------------------------------
@@ -161,15 +176,15 @@ def normalize_target(target: TargetLike) -> Target:
     """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
     gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
-    is :func:`host_llvm_target`; a target whose code could use AMX is mapped to one without it,
-    with a warning (:func:`without_amx`)."""
+    is :func:`host_llvm_target`; a target whose code could use AMX keeps only the AMX quantfuse
+    uses, and only where this process can run it (:func:`supported_amx`)."""
     if is_host(target):
         return host_llvm_target()
     target = as_target(target)
     if target.kind.name != "llvm":
         return target
     check_known_mcpu(target)
-    target = without_amx(target)
+    target = supported_amx(target)
     if "num-cores" not in target.attrs:
         config = dict(target.export())
         config["num-cores"] = _physical_cores()
@@ -230,7 +245,12 @@ def is_generic_x86(target: Target) -> bool:
     return target.kind.name == "llvm" and "mcpu" not in target.attrs and _is_x86(target)
 
 
-# --- AMX: no AMX code is compiled yet (docs/cpu.md, relay_ext/lowering/amx.py) -----------------
+# --- AMX: quantfuse's own AMX code only (docs/cpu.md, relay_ext/lowering/amx.py) ----------------
+
+# The AMX features quantfuse's code uses (meta_rules.amx_conv: int8 3x3 convs on tiles). The
+# others an -mcpu implies (amx-bf16, amx-fp16 ...) are dropped: nothing of ours uses them, and
+# TOPI's own AMX schedules, which TVM 0.19 picks by feature, crash or fail to build.
+AMX_USED = ("amx-tile", "amx-int8")
 
 
 def amx_features(target) -> List[str]:
@@ -243,12 +263,13 @@ def amx_features(target) -> List[str]:
     return sorted(str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith("amx"))
 
 
-def without_amx(target: Target) -> Target:
+def without_amx(target: Target, quiet: bool = False) -> Target:
     """``target`` unchanged when its code may not use AMX; else the same target without it: AMX
     entries dropped from ``-mattr``, and an ``-mcpu`` whose LLVM features include AMX replaced by
     the best ``-mcpu`` of :data:`~relay_ext.lowering.targets.MCPU_LADDER` that its features cover
     (sapphirerapids, graniterapids ... -> cascadelake; the ladder's order is what measured
-    fastest here), with one warning. Other attributes (``-num-cores`` ...) are kept."""
+    fastest here), with one warning unless ``quiet``. Other attributes (``-num-cores`` ...) are
+    kept."""
     amx = amx_features(target)
     if not amx:
         return target
@@ -271,9 +292,43 @@ def without_amx(target: Target) -> Target:
         else:
             config.pop("mcpu")
     mapped = Target(config, host=target.host)
-    logger.warning("quantfuse has no working AMX code yet (TVM 0.19's AMX schedules crash or fail "
-                   "to build): compiling for '%s' instead of '%s' (no %s); see docs/cpu.md",
-                   short_text(mapped), short_text(target), ", ".join(amx))
+    if not quiet:
+        logger.warning("this process cannot run AMX code (the OS does not enable amx_tile and "
+                       "amx_int8, or the kernel refused AMX tile data): compiling for '%s' "
+                       "instead of '%s' (no %s); see docs/cpu.md", short_text(mapped),
+                       short_text(target), ", ".join(amx))
+    return mapped
+
+
+def with_amx(target: Target) -> Target:
+    """``target`` plus ``-mattr=+amx-tile,+amx-int8`` (what :data:`AMX_USED` names)."""
+    config = dict(target.export())
+    mattr = [str(a) for a in config.get("mattr", []) if not str(a).lstrip("+-").startswith("amx")]
+    config["mattr"] = mattr + [f"+{feature}" for feature in AMX_USED]
+    return Target(config, host=target.host)
+
+
+def supported_amx(target: Target, can_run: Optional[bool] = None) -> Target:
+    """``target`` with the AMX quantfuse uses, and no other: unchanged when it has no AMX
+    feature; where this process can run AMX code (``can_run``, default: it asks the kernel for
+    AMX tile data now, :func:`relay_ext.lowering.amx.request_amx_tile_data`) and the target has
+    both of :data:`AMX_USED`, the best non-AMX ``-mcpu`` plus ``-mattr=+amx-tile,+amx-int8`` (a
+    warning names what was dropped, if anything); otherwise :func:`without_amx`."""
+    amx = amx_features(target)
+    if not amx:
+        return target
+    if can_run is None:
+        from .amx import request_amx_tile_data  # pylint: disable=import-outside-toplevel
+
+        can_run = request_amx_tile_data()
+    if not can_run or not set(AMX_USED) <= set(amx):
+        return without_amx(target)
+    mapped = with_amx(without_amx(target, quiet=True))
+    dropped = sorted(set(amx) - set(AMX_USED))
+    if short_text(mapped) != short_text(target):
+        logger.warning("compiling for '%s' instead of '%s': quantfuse uses AMX for int8 3x3 "
+                       "convs (%s)%s; see docs/cpu.md", short_text(mapped), short_text(target),
+                       ", ".join(AMX_USED), f", not {', '.join(dropped)}" if dropped else "")
     return mapped
 
 

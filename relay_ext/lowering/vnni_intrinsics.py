@@ -29,7 +29,7 @@ from tvm import te
 from tvm.script import tir as T
 from tvm.tir import TensorIntrin
 
-from . import vnni_conv_schedule
+from . import amx_layout, vnni_conv_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ def install() -> bool:
     """Register the byte-operand versions when LLVM needs them; True when they are in force."""
     global _installed  # pylint: disable=global-statement
     vnni_conv_schedule.install()  # every build that may use VNNI comes through here
+    amx_layout.install()  # and every one that may use AMX: the layout it needs
     if _installed:
         return True
     if not llvm_takes_byte_operands():

@@ -17,9 +17,11 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import tvm
 from tvm import meta_schedule as ms
 
+from meta_rules.amx_conv import register_intrinsics_named_in
 from meta_rules.rule_sets import TargetLike, check_variant
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
+from ..lowering.amx import request_amx_tile_data_in_worker
 from ..lowering.config import build_candidate
 from ..lowering.targets import check_runs_here, normalize_target
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
@@ -47,7 +49,9 @@ def make_runner(runner: RunnerLike) -> ms.runner.Runner:
     if isinstance(runner, ms.runner.Runner):
         return runner
     if runner == "local":
-        return ms.runner.LocalRunner()
+        # Each runner worker is a fresh process: it asks for AMX tile data itself (nothing where
+        # the OS does not enable AMX), so that candidates built with AMX run there.
+        return ms.runner.LocalRunner(initializer=request_amx_tile_data_in_worker)
     raise ValueError(f"runner must be 'local' or a tvm.meta_schedule.runner.Runner (such as an "
                      f"RPCRunner), got {runner!r}")
 
@@ -136,6 +140,7 @@ def tune(
     # A record of a tensorized candidate names its TensorIntrin, and loading the database replays
     # every record: an intrinsic not registered yet fails the load.
     register_tensor_intrinsics(target)
+    register_intrinsics_named_in(work_dir)  # AMXConv's, one per conv shape
     # A tune killed mid-write (kill -9, power loss) leaves a torn last line that TVM's loader
     # rejects: cut it back first, as the CLI does (a no-op on whole files).
     repaired = repair_database(work_dir)
