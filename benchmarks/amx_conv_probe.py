@@ -13,7 +13,8 @@ same run and at the same threads as
 - TVM's code for that layer: int8 ResNet-18's own task (NCHW16c, padding, conv, requantize and
   whatever Relay fused into it), timed alone as the never-slower rule times it, with TOPI's
   default schedule for the host target (VNNI, with quantfuse's VNNI conv schedule) and, with
-  ``--work-dir`` (a ResNet-18 work dir tuned with ``--target host``), with the task's best record.
+  ``--work-dir`` (a ResNet-18 work dir tuned for that target), with the task's best record. The
+  target is the host's without AMX (``-mcpu=cascadelake`` on an AMX host): TVM's own VNNI code.
 
 The AMX kernel (``amx_conv3x3``): data in NHWC with the input channels whole (64 or a multiple: a
 tile row is 64 input channels, the full depth of a tile), padded by the kernel into a buffer of its
@@ -25,8 +26,9 @@ pixels x 32 output channels: 4 accumulator tiles, 2 data tiles, 2 weight tiles, 
 all. Each parallel iteration loads the tile configuration itself (``ldtilecfg`` is per thread
 state). The process asks the kernel for AMX tile data first (``relay_ext.lowering.amx``).
 
-This is a probe, not a code path: quantfuse compiles no AMX code (docs/cpu.md). It refuses to run
-where the OS does not enable ``amx_tile``/``amx_int8`` or the kernel does not grant tile data.
+This is a probe, not a code path: the AMX code quantfuse compiles is :mod:`meta_rules.amx_conv`
+(built after this probe; docs/cpu.md). It refuses to run where the OS does not enable
+``amx_tile``/``amx_int8`` or the kernel does not grant tile data.
 The result table goes to docs/BENCHMARKS.md (section ``amx_conv_probe``).
 """
 
@@ -48,7 +50,7 @@ from benchmarks.markdown_report import markdown_table, write_section
 from benchmarks.where_time_goes import conv_signature
 from relay_ext.frontend import models as frontend_models
 from relay_ext.lowering.amx import AMX_INT8_FLAGS, request_amx_tile_data
-from relay_ext.lowering.targets import host_cpu_flags, normalize_target
+from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
 from relay_ext.report.latency import TVMThread, interleaved_rounds, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import has_record, time_task
@@ -264,7 +266,9 @@ def model_task(tasks, channels: int, height: int):
 
 def probe(layers: List[Tuple[int, int]], work_dir: Optional[Path], threads: int,
           rounds: int, number: int) -> List[Dict]:
-    target = normalize_target("host")
+    # TVM's VNNI code for the layer: the host target without AMX (with it, Relay would give the
+    # layer quantfuse's AMX layout and rule, which the cpu_vs_peers run measures)
+    target = without_amx(normalize_target("host"), quiet=True)
     database = ms.database.MemoryDatabase()
     variant = "ours"
     if work_dir is not None:
@@ -348,14 +352,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     work_dir = f" --work-dir {args.work_dir}" if args.work_dir else ""
     write_section(
         SECTION, "AMX probe: a hand-written AMX 3x3 conv against TVM's, ResNet-18's layers",
-        f"`python -m benchmarks.amx_conv_probe{work_dir} --threads {args.threads}`, host flags {', '.join(shown)}, {args.threads} threads. "
+        f"`python -m benchmarks.amx_conv_probe{work_dir} --threads {args.threads}`, "
+        f"host flags {', '.join(shown)}, {args.threads} threads. "
         "TVM: the model's own task of that layer (NCHW16c, padding, conv, requantize and what "
         "Relay fused), timed alone as the never-slower rule times it: TOPI's default schedule "
-        "(`-mcpu=cascadelake`, VNNI) and, with a tuned work dir, the task's best record. AMX "
+        "(`-mcpu=cascadelake` without AMX: VNNI) and, with a work dir tuned for that target, "
+        "the task's best record. AMX "
         "probe: benchmarks/amx_conv_probe.py's kernel (tdpbusd tiles, 64 input channels deep; "
         "padding, conv and a float requantize to int8, NHWC in), median of "
         f"{args.rounds} rounds. Random data and weights. Time per call; the model makes `calls`. "
-        "A probe of what AMX could give, not code quantfuse compiles (docs/cpu.md).\n\n" + text)
+        "A probe of what AMX could give, not the code quantfuse compiles (that is "
+        "meta_rules/amx_conv.py, docs/cpu.md).\n\n" + text)
     return 0
 
 

@@ -30,9 +30,10 @@ taps x IC/64) with one intrinsic that keeps its ``2 * MH`` accumulator tiles in 
                 ... tilestored64 (accumulators)
             epilogue (the conv's one consumer, reverse_compute_at here)
 
-Measured before building this (benchmarks/amx_conv_probe.py): keeping the accumulators in tile
-registers over the whole reduction is what pays; an intrinsic of one 16x16x64 product, with the
-accumulator loaded and stored around every ``tdpbusd``, ran no faster than TVM's VNNI code.
+Why one intrinsic per block's whole reduction rather than one 16x16x64 tile product: with the
+latter, MetaSchedule's tensorization keeps no register state between two calls, so every
+``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
+form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 
 The rule only touches a block that has exactly that shape (stride 1, 3x3, uint8 x int8 -> int32,
 64-channel data blocks, 16-channel output blocks, an even number of them), and only for a target
@@ -206,9 +207,9 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
         f"T.Cast(\"int32\", A[0, {ico}, {oh} + vkh, vow + vkw, vicf * 4 + vics]) * "
         f"T.Cast(\"int32\", B[vocc, {ico}, vkh, vkw, vicf, vocb, vics])\n")
 
-    def call(name: str, *args: str) -> str:
-        return f"T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.{name}\", T.uint32(0), " \
-               f"{', '.join(args)}))"
+    def call(name: str, *args: str) -> str:  # T.uint32(0): no overloaded argument types
+        return f"T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.{name}\", " \
+               f"{', '.join(('T.uint32(0)',) + args)}))"
 
     config = [0] * 64
     config[0] = 1  # palette 1
@@ -247,7 +248,7 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
                                   f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride) + "\n"
                 for m, n in accumulators) +
         # the tiles are free again: the kernel need not save 8 KiB of them at a context switch
-        "        T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.tilerelease\", T.uint32(0)))\n")
+        "        " + call("tilerelease") + "\n")
     return desc, impl
 
 
