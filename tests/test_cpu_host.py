@@ -84,8 +84,11 @@ def test_amx_in_mattr_is_kept_where_it_can_run_and_dropped_where_not(monkeypatch
     assert [str(a) for a in targets.normalize_target(text).attrs["mattr"]] == \
         ["+avx512f", "+amx-tile", "+amx-int8"]
     # amx-tile alone: no int8 tile product, nothing of ours uses it
-    alone = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        alone = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile")
     assert amx.amx_features(alone) == []
+    assert "needs both amx-tile and amx-int8" in caplog.records[-1].getMessage()
     can_run_amx(monkeypatch, False)
     mapped = targets.normalize_target(text)
     assert mapped.attrs["mcpu"] == "cascadelake"

@@ -263,13 +263,17 @@ def amx_features(target) -> List[str]:
     return sorted(str(f) for f in codegen.llvm_get_cpu_features(target) if str(f).startswith("amx"))
 
 
-def without_amx(target: Target, quiet: bool = False) -> Target:
+CANNOT_RUN_AMX = ("this process cannot run AMX code (the OS does not enable amx_tile and amx_int8, "
+                  "or the kernel refused AMX tile data)")
+
+
+def without_amx(target: Target, quiet: bool = False, reason: str = CANNOT_RUN_AMX) -> Target:
     """``target`` unchanged when its code may not use AMX; else the same target without it: AMX
     entries dropped from ``-mattr``, and an ``-mcpu`` whose LLVM features include AMX replaced by
     the best ``-mcpu`` of :data:`~relay_ext.lowering.targets.MCPU_LADDER` that its features cover
     (sapphirerapids, graniterapids ... -> cascadelake; the ladder's order is what measured
-    fastest here), with one warning unless ``quiet``. Other attributes (``-num-cores`` ...) are
-    kept."""
+    fastest here), with one warning giving ``reason`` unless ``quiet``. Other attributes
+    (``-num-cores`` ...) are kept."""
     amx = amx_features(target)
     if not amx:
         return target
@@ -293,10 +297,8 @@ def without_amx(target: Target, quiet: bool = False) -> Target:
             config.pop("mcpu")
     mapped = Target(config, host=target.host)
     if not quiet:
-        logger.warning("this process cannot run AMX code (the OS does not enable amx_tile and "
-                       "amx_int8, or the kernel refused AMX tile data): compiling for '%s' "
-                       "instead of '%s' (no %s); see docs/cpu.md", short_text(mapped),
-                       short_text(target), ", ".join(amx))
+        logger.warning("%s: compiling for '%s' instead of '%s' (no %s); see docs/cpu.md", reason,
+                       short_text(mapped), short_text(target), ", ".join(amx))
     return mapped
 
 
@@ -321,8 +323,10 @@ def supported_amx(target: Target, can_run: Optional[bool] = None) -> Target:
         from .amx import request_amx_tile_data  # pylint: disable=import-outside-toplevel
 
         can_run = request_amx_tile_data()
-    if not can_run or not set(AMX_USED) <= set(amx):
+    if not can_run:
         return without_amx(target)
+    if not set(AMX_USED) <= set(amx):
+        return without_amx(target, reason="quantfuse's AMX code needs both amx-tile and amx-int8")
     mapped = with_amx(without_amx(target, quiet=True))
     dropped = sorted(set(amx) - set(AMX_USED))
     if short_text(mapped) != short_text(target):
