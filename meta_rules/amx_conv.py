@@ -18,7 +18,9 @@ the pixels ``ic_bn`` bytes apart in ``NCHW64c``) times the 16x16x4 weight block 
 tile, already in the order ``tdpbusd`` wants). The rule splits the conv into blocks of ``MH``
 output rows x ``R`` pixels x 32 output channels, tensorizes each block's whole reduction (3 x 3
 taps x IC/64) with one intrinsic that keeps its ``2 * MH`` accumulator tiles in tile registers
-(loaded from the output once, stored once), and runs the blocks in parallel::
+(loaded from the output once, stored once), and runs the blocks in parallel. The rule tiles and
+marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reduction and tensorizes
+(the reason for the split is in :func:`schedule_amx_conv`)::
 
     for fused in T.parallel(OC // 32 * OH // MH):          # n, oc pair, oh block
         for ow_o in range(OW // R):
@@ -313,10 +315,11 @@ def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:
 # The schedule.
 
 def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> None:
-    """Tile, parallelize and tensorize ``block`` (see the module doc). The conv's single
-    consumer, if any, is computed at each block and a 5-D producer (the pad) parallelized over
-    rows; both are then annotated ``schedule_rule = "None"``, which keeps the rules after this
-    one (``RandomComputeLocation``, the tiling rules) away from what is settled here."""
+    """Tile and parallelize ``block`` and mark its blocks for :class:`TensorizeAMXConv` (see the
+    module doc). The conv's single consumer, if any, is computed at each block and a 5-D
+    producer (the pad) parallelized over rows; both, and the conv itself, are then annotated
+    ``schedule_rule = "None"``, which keeps the rules after this one (``RandomComputeLocation``,
+    the tiling rules) away from what is settled here."""
     n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
     occ_o, occ_i = sch.split(occ, [None, OC_TILES])
     if shape.row_block > 1:
