@@ -10,7 +10,7 @@ import pytest
 from tvm.target import codegen
 
 from relay_ext import cli
-from relay_ext.lowering import amx, targets
+from relay_ext.lowering import amx, amx_permission, targets
 from helpers import one_error_line
 from test_targets import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
 
@@ -29,8 +29,8 @@ AMX_MCPUS = ["sapphirerapids", "graniterapids"]
 def test_the_host_target_uses_vnni_and_amx_only_where_enabled(flags, mcpu, granted, monkeypatch):
     # granted: whether the kernel gives this process AMX tile data when asked (never asked
     # where the flags lack AMX int8)
-    monkeypatch.setattr(amx, "request_amx_tile_data",
-                        lambda flags=None: granted and set(amx.AMX_INT8_FLAGS) <= set(flags))
+    monkeypatch.setattr(amx_permission, "request_tile_data",
+                        lambda flags: granted and set(amx.AMX_INT8_FLAGS) <= set(flags))
     target = targets.host_llvm_target(2, flags=flags)
     assert target.attrs.get("mcpu") == mcpu
     with_amx = granted and flags == AMX_SERVER
@@ -42,7 +42,7 @@ def test_the_host_target_uses_vnni_and_amx_only_where_enabled(flags, mcpu, grant
 
 def can_run_amx(monkeypatch, can_run: bool) -> None:
     """This process can (or cannot) run AMX code, as on an AMX host (or any other)."""
-    monkeypatch.setattr(amx, "request_amx_tile_data", lambda flags=None: can_run)
+    monkeypatch.setattr(amx_permission, "request_tile_data", lambda flags: can_run)
 
 
 @pytest.mark.parametrize("mcpu", AMX_MCPUS)

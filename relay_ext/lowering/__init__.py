@@ -8,7 +8,11 @@
   scalar constant blocks (``patches/`` holds the same change as a TVM C++ patch);
 * :mod:`.inline_vector_lets`, :mod:`.vnni_intrinsics` -- workarounds that make TVM 0.19 build
   with the LLVM 22 this wheel links;
-* :mod:`.cached_libinfo` -- Relay's lowering reads TVM's build settings once, not per dimension.
+* :mod:`.cached_libinfo` -- Relay's lowering reads TVM's build settings once, not per dimension;
+* :mod:`.vnni_conv_schedule` -- TOPI's default VNNI conv with independent accumulators;
+* :mod:`.amx`, :mod:`.amx_permission`, :mod:`.amx_layout` -- AMX: the kernel's tile-data
+  permission, which targets keep AMX, the 64-channel conv layout (the rule itself is
+  :mod:`meta_rules.amx_conv`).
 
 Kept light on purpose: every MetaSchedule builder worker imports :mod:`.config`.
 """

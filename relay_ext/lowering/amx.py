@@ -31,45 +31,17 @@ runner workers ask for tile data when they start (:func:`request_amx_tile_data_i
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import platform
 from typing import Iterable, Optional
 
-# The guard on targets lives with the other target checks (imported here for the docs' names).
+# The system calls, and the guard on targets (with the other target checks), imported here for
+# the docs' names.
+from .amx_permission import (AMX_INT8_FLAGS, amx_tile_data_granted,  # noqa: F401
+                             request_tile_data)
 from .targets import (amx_features, host_cpu_flags, short_text, supported_amx,  # noqa: F401
                       without_amx)
 
 logger = logging.getLogger(__name__)
-
-# linux/arch/x86/include/uapi/asm/prctl.h and asm/fpu/xstate.h
-SYS_ARCH_PRCTL_X86_64 = 158
-ARCH_GET_XCOMP_PERM = 0x1022
-ARCH_REQ_XCOMP_PERM = 0x1023
-XFEATURE_XTILEDATA = 18
-
-# The cpuinfo flags that AMX int8 code needs the OS to enable.
-AMX_INT8_FLAGS = ("amx_tile", "amx_int8")
-
-
-def _arch_prctl(code: int, arg) -> Optional[int]:
-    """The raw ``arch_prctl`` system call (glibc has no wrapper); None off Linux x86-64."""
-    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syscall = libc.syscall
-    except (OSError, AttributeError):
-        return None
-    syscall.restype = ctypes.c_long
-    return int(syscall(ctypes.c_long(SYS_ARCH_PRCTL_X86_64), ctypes.c_long(code), arg))
-
-
-def amx_tile_data_granted() -> bool:
-    """Whether this process holds the kernel's permission for AMX tile data (asks for nothing)."""
-    permitted = ctypes.c_uint64(0)
-    result = _arch_prctl(ARCH_GET_XCOMP_PERM, ctypes.byref(permitted))
-    return result == 0 and bool(permitted.value & (1 << XFEATURE_XTILEDATA))
 
 
 def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
@@ -80,14 +52,7 @@ def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
     refuses (before 5.16: EINVAL). The permission is per process (threads share it, a forked
     child inherits it, an exec'd one does not): ask in every process that runs AMX code."""
     flags = host_cpu_flags() if flags is None else frozenset(flags)
-    if flags is None or not set(AMX_INT8_FLAGS) <= set(flags):
-        return False
-    result = _arch_prctl(ARCH_REQ_XCOMP_PERM, ctypes.c_ulong(XFEATURE_XTILEDATA))
-    if result is None:
-        return False
-    if result != 0:
-        logger.debug("arch_prctl(ARCH_REQ_XCOMP_PERM) refused: errno %d", ctypes.get_errno())
-    return amx_tile_data_granted()
+    return flags is not None and request_tile_data(flags)
 
 
 def request_amx_tile_data_in_worker() -> None:

@@ -29,6 +29,8 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
 
 from tvm.target import Target, codegen
 
+from . import amx_permission
+
 logger = logging.getLogger(__name__)
 
 TargetLike = Union[str, Target]
@@ -149,9 +151,7 @@ def host_target_text(num_cores: Optional[int] = None,
 def _amx_runs_here(flags: Iterable[str]) -> bool:
     """The OS enables AMX int8 (``flags``) and this process holds the kernel's permission for
     tile data, asked for now (nothing is asked where the flags lack AMX)."""
-    from .amx import request_amx_tile_data  # pylint: disable=import-outside-toplevel
-
-    return request_amx_tile_data(flags)
+    return amx_permission.request_tile_data(flags)
 
 
 # --- checking a target ---------------------------------------------------------------------------
@@ -313,16 +313,14 @@ def with_amx(target: Target) -> Target:
 def supported_amx(target: Target, can_run: Optional[bool] = None) -> Target:
     """``target`` with the AMX quantfuse uses, and no other: unchanged when it has no AMX
     feature; where this process can run AMX code (``can_run``, default: it asks the kernel for
-    AMX tile data now, :func:`relay_ext.lowering.amx.request_amx_tile_data`) and the target has
+    AMX tile data now, :mod:`relay_ext.lowering.amx_permission`) and the target has
     both of :data:`AMX_USED`, the best non-AMX ``-mcpu`` plus ``-mattr=+amx-tile,+amx-int8`` (a
     warning names what was dropped, if anything); otherwise :func:`without_amx`."""
     amx = amx_features(target)
     if not amx:
         return target
     if can_run is None:
-        from .amx import request_amx_tile_data  # pylint: disable=import-outside-toplevel
-
-        can_run = request_amx_tile_data()
+        can_run = _amx_runs_here(host_cpu_flags() or ())
     if not can_run:
         return without_amx(target)
     if not set(AMX_USED) <= set(amx):
