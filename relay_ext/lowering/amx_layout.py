@@ -25,10 +25,12 @@ from typing import Any, Callable, Optional
 
 from tvm.target import Target
 
+from meta_rules.amx_conv import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
+
 logger = logging.getLogger(__name__)
 
-AMX_IC_BLOCK = 64
-OC_BLOCK = 16
+AMX_IC_BLOCK = TILE_BYTES  # input channels per data block: one tile row of uint8
+OC_BLOCK = TILE_ROWS  # output channels per block: one accumulator tile's 16 int32 columns
 _topi_default_config: Optional[Callable[..., Any]] = None
 
 
@@ -37,13 +39,7 @@ def amx_eligible(in_channels: int, out_channels: int, kernel: tuple, strides: tu
     """Whether :mod:`meta_rules.amx_conv` can take a conv of this shape."""
     return (groups == 1 and tuple(kernel) == (3, 3) and tuple(strides) == (1, 1)
             and tuple(dilation) == (1, 1) and in_channels % AMX_IC_BLOCK == 0
-            and out_channels % (2 * OC_BLOCK) == 0)
-
-
-def _target_has_amx(target: Optional[Target]) -> bool:
-    from meta_rules.amx_conv import target_has_amx  # pylint: disable=import-outside-toplevel
-
-    return target is not None and target_has_amx(target)
+            and out_channels % (OC_TILES * OC_BLOCK) == 0)
 
 
 def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,
@@ -58,7 +54,8 @@ def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dila
     out_channels, in_channels, kh, kw = (int(d) for d in kernel_tensor.shape)
     strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
     dilation = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
-    if (str(data_tensor.dtype) == "uint8" and _target_has_amx(Target.current(allow_none=True))
+    target = Target.current(allow_none=True)
+    if (str(data_tensor.dtype) == "uint8" and target is not None and target_has_amx(target)
             and amx_eligible(in_channels, out_channels, (kh, kw), strides, dilation)):
         cfg["tile_ic"] = SplitEntity([in_channels // AMX_IC_BLOCK, AMX_IC_BLOCK])
         cfg["tile_oc"] = SplitEntity([out_channels // OC_BLOCK, OC_BLOCK])
