@@ -61,6 +61,8 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
+from .tvm_errors import tvm_error_message
+
 logger = logging.getLogger(__name__)
 
 AMX_FEATURES = ("amx-tile", "amx-int8")
@@ -69,6 +71,10 @@ MIN_ROWS = 4  # fewer pixels per tile (a width with no divisor from 4 to 16) was
 TILE_BYTES = 64  # bytes per tile row
 OC_TILES = 2  # accumulator tiles side by side in output channels (16 each)
 AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
+
+
+# AMXConvShape.intrinsic's names: row block, rows per tile, 64-channel blocks
+_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3_m(\d+)_r(\d+)_k(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,18 +277,12 @@ def register_intrinsic(shape: AMXConvShape) -> str:
 def register_intrinsic_by_name(name: str) -> bool:
     """Register the intrinsic a tuning record names (``quantfuse_amx_conv3x3_m2_r14_k1``), so
     that the record's trace replays in a fresh process; False when ``name`` is not one of ours."""
-    prefix = "quantfuse_amx_conv3x3_"
-    if not name.startswith(prefix):
+    match = _INTRINSIC_NAME.fullmatch(name)
+    if match is None:
         return False
-    try:
-        mh, r, kb = (int(part[1:]) for part in name[len(prefix):].split("_"))
-    except ValueError:
-        return False
+    mh, r, kb = (int(group) for group in match.groups())
     register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh))
     return True
-
-
-_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3_m\d+_r\d+_k\d+")
 
 
 def register_intrinsics_named_in(work_dir: Union[str, os.PathLike]) -> List[str]:
@@ -292,7 +292,8 @@ def register_intrinsics_named_in(work_dir: Union[str, os.PathLike]) -> List[str]
     names = set()
     for path in Path(work_dir).glob("*.json"):
         try:
-            names.update(_INTRINSIC_NAME.findall(path.read_text(errors="replace")))
+            names.update(match.group(0) for match in
+                         _INTRINSIC_NAME.finditer(path.read_text(errors="replace")))
         except OSError:
             continue
     for name in sorted(names):
@@ -376,7 +377,7 @@ class AMXConv(PyScheduleRule):
             # An exception must not reach the search's C++ thread; the block goes on to the
             # other rules untouched.
             logger.warning("AMXConv could not tensorize %s: %s", sch.get(block).name_hint,
-                           str(error).strip().splitlines()[-1:] or type(error).__name__)
+                           tvm_error_message(error))
             return [sch]
         return [tiled]
 
@@ -429,8 +430,7 @@ class TensorizeAMXConv(PyPostproc):
         try:
             tensorize_marked(sch)
         except Exception as error:  # pylint: disable=broad-except - reject, never raise into C++
-            logger.warning("TensorizeAMXConv rejects a candidate: %s",
-                           (str(error).strip().splitlines() or [type(error).__name__])[-1])
+            logger.warning("TensorizeAMXConv rejects a candidate: %s", tvm_error_message(error))
             return False
         return True
 
