@@ -48,6 +48,7 @@ from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import markdown_table, write_section
 from benchmarks.where_time_goes import conv_signature
+from meta_rules.amx_conv import TILE_BYTES, TILE_ROWS  # a tile: 16 rows of 64 bytes
 from relay_ext.frontend import models as frontend_models
 from relay_ext.lowering.amx import AMX_INT8_FLAGS, request_amx_tile_data
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
@@ -61,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 SECTION = "amx_conv_probe"
 AMX_TARGET = "llvm -mcpu=sapphirerapids"
-TILE_ROWS = 16  # pixels per tile
-TILE_BYTES = 64  # bytes per tile row: 64 input channels (uint8), or 16 int32 accumulators
 BLOCK_PIXELS = 2 * TILE_ROWS
 BLOCK_CHANNELS = 32  # output channels per block: 2 accumulator tiles of 16
 
