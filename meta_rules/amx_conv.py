@@ -26,6 +26,7 @@ marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reductio
         for ow_o in range(OW // R):
             conv_init ...                                  # decompose_reduction
             with T.block("conv2d_NCHWc_int8_o"):           # blockize + tensorize
+                T.call_llvm_intrin(... "llvm.x86.sttilecfg" ...), and if that differs:
                 T.call_llvm_intrin(... "llvm.x86.ldtilecfg" ...)
                 ... tileloadd64 (accumulators), then per tap and 64 channels:
                     tileloadd64 (MH data tiles, 2 weight tiles), tdpbusd x (2 * MH)
@@ -37,12 +38,15 @@ latter, MetaSchedule's tensorization keeps no register state between two calls, 
 ``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
 form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 
-The rule only touches a block that has exactly that shape (stride 1, 3x3, uint8 x int8 -> int32,
-64-channel data blocks, 16-channel output blocks, an even number of them), and only for a target
-whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is left as it came,
-for the rules after it. Code from it runs only in a process that holds the kernel's permission
+The rule only touches a block that has exactly that shape (3x3, uint8 x int8 -> int32, 64-channel
+data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the data tile's
+rows are then 128 bytes apart, and the block stays open to the other rules too), and only for a
+target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is left as it
+came, for the rules after it. Code from it runs only in a process that holds the kernel's permission
 for AMX tile data (``relay_ext.lowering.amx``): the tile configuration is loaded by the
-intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise).
+intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise), only
+where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as much as 13
+``tdpbusd``.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ OC_TILES = 2  # accumulator tiles side by side in output channels (16 each)
 AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
 
 
-# AMXConvShape.intrinsic's names: row block, rows per tile, 64-channel blocks
-_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3_m(\d+)_r(\d+)_k(\d+)")
+# AMXConvShape.intrinsic's names: stride (absent: 1), row block, rows per tile, 64-channel blocks
+_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +92,12 @@ class AMXConvShape:
     width: int  # output columns
     rows: int  # R: output pixels per tile (a divisor of width, at most 16)
     row_block: int  # MH: output rows per block (2 where height is even, else 1)
+    stride: int = 1  # the same in both directions
 
     @property
     def intrinsic(self) -> str:
-        return f"quantfuse_amx_conv3x3_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
+        stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
+        return f"quantfuse_amx_conv3x3{stride}_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
 
 
 def target_has_amx(target: tvm.target.Target) -> bool:
@@ -135,10 +142,11 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
         return None
     if _static(data.shape[-1]) != TILE_BYTES or len(data.shape) != 5:
         return None
-    if not _reads_stride_one(stmt, data) or _rows_for(width) < MIN_ROWS:
+    stride = _read_stride(stmt, data)
+    if stride is None or _rows_for(width) < MIN_ROWS:
         return None
     return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
-                        2 if height % 2 == 0 else 1)
+                        2 if height % 2 == 0 else 1, stride)
 
 
 def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[tir.Buffer]]:
@@ -150,11 +158,10 @@ def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[ti
     return (data[0], kernel[0]) if data and kernel else (None, None)
 
 
-def _reads_stride_one(stmt: tir.Block, data: tir.Buffer) -> bool:
-    """The data is read at [n, ic_outer, oh + kh, ow + kw, ic_f * 4 + ic_s] (stride and dilation
-    1), as the intrinsic's tile loads assume."""
+def _read_stride(stmt: tir.Block, data: tir.Buffer) -> Optional[int]:
+    """The stride S (one of STRIDES) when the data is read at [n, ic_outer, oh * S + kh,
+    ow * S + kw, ic_f * 4 + ic_s] (dilation 1), as the intrinsic's tile loads assume; else None."""
     v = [it.var for it in stmt.iter_vars]
-    expected = [v[0], v[7], v[2] + v[5], v[3] + v[6], v[8] * 4 + v[9]]
     found: List[tir.BufferLoad] = []
 
     def visit(node):
@@ -162,9 +169,14 @@ def _reads_stride_one(stmt: tir.Block, data: tir.Buffer) -> bool:
             found.append(node)
 
     tir.stmt_functor.post_order_visit(stmt.body, visit)
+    if len(found) != 1:
+        return None
     analyzer = tvm.arith.Analyzer()
-    return len(found) == 1 and all(analyzer.can_prove_equal(a, b)
-                                   for a, b in zip(found[0].indices, expected))
+    for stride in STRIDES:
+        expected = [v[0], v[7], v[2] * stride + v[5], v[3] * stride + v[6], v[8] * 4 + v[9]]
+        if all(analyzer.can_prove_equal(a, b) for a, b in zip(found[0].indices, expected)):
+            return stride
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +186,7 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
     """TVMScript of the description and the implementation for ``shape``'s block. Generated as
     text: the tile numbers must be literal constants, and loops of extent 1 (one row block, one
     64-channel block) are bound outside the block by blockize, so they differ per shape."""
-    mh, r, kb = shape.row_block, shape.rows, shape.ic_blocks
+    mh, r, kb, s = shape.row_block, shape.rows, shape.ic_blocks, shape.stride
     loops = ([("oh", mh)] if mh > 1 else []) + [("occ", OC_TILES), ("ow", r), ("ocb", 16),
                                                  ("kh", 3), ("kw", 3), ("ico", kb), ("icf", 16),
                                                  ("ics", 4)]
@@ -183,10 +195,11 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
     kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
     oh = "voh" if mh > 1 else "0"
     ico = "vico" if kb > 1 else "0"
-    a_shape = f"(1, {kb}, {mh + 2}, {r + 2}, 64)"
+    a_rows, a_cols = s * (mh - 1) + 3, s * (r - 1) + 3  # the data a block reads
+    a_shape = f"(1, {kb}, {a_rows}, {a_cols}, 64)"
     b_shape = f"(2, {kb}, 3, 3, 16, 16, 4)"
     c_shape = f"(1, 2, {mh}, {r}, 16)"
-    reads = (f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16], A[0, 0:{kb}, 0:{mh + 2}, 0:{r + 2}, 0:64], "
+    reads = (f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16], A[0, 0:{kb}, 0:{a_rows}, 0:{a_cols}, 0:64], "
              f"B[0:2, 0:{kb}, 0:3, 0:3, 0:16, 0:16, 0:4]")
     writes = f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16]"
     buffers = (
@@ -212,7 +225,7 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
         f"                {', '.join('v' + b for b in bound)} = T.axis.remap(\"{kinds}\", "
         f"[{', '.join(bound)}])\n"
         f"                C[0, vocc, {oh}, vow, vocb] = C[0, vocc, {oh}, vow, vocb] + "
-        f"T.Cast(\"int32\", A[0, {ico}, {oh} + vkh, vow + vkw, vicf * 4 + vics]) * "
+        f"T.Cast(\"int32\", A[0, {ico}, {oh} * {s} + vkh, vow * {s} + vkw, vicf * 4 + vics]) * "
         f"T.Cast(\"int32\", B[vocc, {ico}, vkh, vkw, vicf, vocb, vics])\n")
 
     def call(name: str, *args: str) -> str:  # T.uint32(0): no overloaded argument types
@@ -231,9 +244,19 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
     for tile, rows in tiles.items():
         config[16 + 2 * tile] = TILE_BYTES
         config[48 + tile] = rows
-    body = ["config = T.decl_buffer((64,), \"uint8\", scope=\"local\")"]
-    body += [f"config[{i}] = T.uint8({value})" for i, value in enumerate(config)]
-    body.append(call("ldtilecfg", "T.address_of(config[0])"))
+    # ldtilecfg costs ~80 ns (13 tdpbusd) on the hosts measured, sttilecfg and a compare ~10:
+    # load the configuration only where this thread's current one differs (it is the same from
+    # the second block a thread runs on; a thread that never configured its tiles, or released
+    # them, reads as all zeros). The configuration's 16 words, little-endian (int32: TVM
+    # narrows 64-bit constants to the index type while it tensorizes):
+    words = [int.from_bytes(bytes(config[i:i + 4]), "little") for i in range(0, 64, 4)]
+    body = ["current = T.decl_buffer((16,), \"int32\", scope=\"local\")",
+            call("sttilecfg", "T.address_of(current[0])"),
+            "if " + " or ".join(f"current[{i}] != {word}"
+                                for i, word in enumerate(words)) + ":",
+            "    config = T.decl_buffer((64,), \"uint8\", scope=\"local\")"]
+    body += [f"    config[{i}] = T.uint8({value})" for i, value in enumerate(config)]
+    body.append("    " + call("ldtilecfg", "T.address_of(config[0])"))
     c_stride = "T.int64(64)"  # a C tile row: 16 int32 (C's strides end in 16, 1)
     accumulators = [(m, n) for m in range(mh) for n in range(OC_TILES)]
     for m, n in accumulators:
@@ -242,7 +265,8 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
     step = []
     for m in range(mh):
         step.append(call("tileloadd64", f"T.uint8({4 + m})",
-                         f"T.address_of(A[0, kb, kh + {m}, kw, 0])", "T.Cast(\"int64\", sa3)"))
+                         f"T.address_of(A[0, kb, kh + {s * m}, kw, 0])",
+                         f"T.Cast(\"int64\", sa3 * {s})"))
     for n in range(OC_TILES):
         step.append(call("tileloadd64", f"T.uint8({6 + n})",
                          f"T.address_of(B[{n}, kb, kh, kw, 0, 0, 0])", "T.int64(64)"))
@@ -254,9 +278,10 @@ def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
         "".join(f"            {line}\n" for line in step) +
         "".join("        " + call("tilestored64", f"T.uint8({m * OC_TILES + n})",
                                   f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride) + "\n"
-                for m, n in accumulators) +
-        # the tiles are free again: the kernel need not save 8 KiB of them at a context switch
-        "        " + call("tilerelease") + "\n")
+                for m, n in accumulators))
+    # No tilerelease: it would undo the configuration the next block reuses. The tiles stay
+    # configured in the thread (the kernel saves their 8 KiB at a context switch); code that
+    # uses AMX after this in the same thread configures its tiles itself, as it must anyway.
     return desc, impl
 
 
@@ -280,8 +305,10 @@ def register_intrinsic_by_name(name: str) -> bool:
     match = _INTRINSIC_NAME.fullmatch(name)
     if match is None:
         return False
-    mh, r, kb = (int(group) for group in match.groups())
-    register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh))
+    stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
+    if stride not in STRIDES:
+        return False
+    register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride))
     return True
 
 
@@ -379,7 +406,10 @@ class AMXConv(PyScheduleRule):
             logger.warning("AMXConv could not tensorize %s: %s", sch.get(block).name_hint,
                            tvm_error_message(error))
             return [sch]
-        return [tiled]
+        # Stride 2 on AMX measured slower than the tuned VNNI code of the same layer at 64 input
+        # channels and faster at 128 and 256 (ResNet-18, docs/cpu.md): for a strided conv the
+        # search gets both designs and keeps what measures faster.
+        return [tiled] if shape.stride == 1 else [tiled, sch]
 
     def clone(self) -> ScheduleRule:
         rule = AMXConv()

@@ -14,7 +14,7 @@ import meta_rules
 from meta_rules.amx_conv import (AMXConv, amx_conv_shape, marked_blocks,
                                  register_intrinsic_by_name, register_intrinsics_of,
                                  target_has_amx)
-from relay_ext.lowering import amx_layout
+from relay_ext.lowering import amx_layout, vnni_intrinsics
 from relay_ext.lowering.amx import request_amx_tile_data
 
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
@@ -34,13 +34,15 @@ def conv_module(channels=64, height=8, ic_block=64, stride=1, kernel=3):
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
 
-def reference(data, weight):
+def reference(data, weight, stride=1):
     _, blocks, height, width, _ = data.shape
+    height, width = (height - 1) // stride + 1, (width - 1) // stride + 1  # padding 1, 3x3
     padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
     acc = np.zeros((1, weight.shape[0], height, width, 16), np.int64)
     for kh in range(3):
         for kw in range(3):
-            window = padded[0, :, kh:kh + height, kw:kw + width].reshape(
+            window = padded[0, :, kh:kh + stride * (height - 1) + 1:stride,
+                            kw:kw + stride * (width - 1) + 1:stride].reshape(
                 blocks, height, width, 16, 4)
             acc[0] += np.einsum("bhwfs,obfcs->ohwc", window,
                                 weight[:, :, kh, kw].astype(np.int64))
@@ -72,7 +74,8 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     ({}, True),
     ({"channels": 128, "height": 7}, True),
     ({"ic_block": 16}, False),    # a 16-channel data block: a quarter of a tile row
-    ({"stride": 2}, False),
+    ({"stride": 2}, True),
+    ({"stride": 3}, False),
     ({"kernel": 1}, False),
 ])
 def test_only_a_3x3_stride_1_conv_with_64_channel_blocks_is_taken(kwargs, eligible):
@@ -89,6 +92,19 @@ def test_with_amx_every_design_space_tensorizes_the_conv_and_passes_the_postproc
         for postproc in context.space_generator.postprocs:
             assert postproc.apply(sch), str(postproc)
         tvm.build(sch.mod, target=AMX)  # LLVM selects the tile instructions
+
+
+def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_postprocs():
+    context, spaces = design_spaces(conv_module(channels=128, height=14, stride=2), AMX)
+    marks = [amx_tensorizes(sch) for sch in spaces]
+    assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k2"]) == 1  # output 7x7, 2 blocks of 64
+    assert marks.count([]) == len(spaces) - 1 >= 1  # what the other rules make of it
+    for sch in spaces:
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch), str(postproc)
+    assert register_intrinsic_by_name("quantfuse_amx_conv3x3s2_m2_r14_k1")
+    assert not register_intrinsic_by_name("quantfuse_amx_conv3x3s3_m2_r14_k1")
 
 
 def test_without_amx_the_rule_leaves_the_conv_to_the_other_rules():
@@ -115,17 +131,20 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3_bad")
 
 
-@pytest.mark.parametrize("channels,height", [(64, 8), (128, 7)])
-def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height):
+@pytest.mark.parametrize("channels,height,stride", [(64, 8, 1), (128, 7, 1), (64, 16, 2),
+                                                  (128, 14, 2)])
+def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stride):
     if not request_amx_tile_data():
         pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
                     "AMX code cannot run here")
-    context, spaces = design_spaces(conv_module(channels, height), AMX)
+    context, spaces = design_spaces(conv_module(channels, height, stride=stride), AMX)
     rng = np.random.default_rng(0)
     data = rng.integers(0, 256, (1, channels // 64, height, height, 64), dtype=np.uint8)
     weight = rng.integers(-128, 128, (channels // 16, channels // 64, 3, 3, 16, 16, 4),
                           dtype=np.int8)
-    expected = reference(data, weight)
+    expected = reference(data, weight, stride)
+    assert any(amx_tensorizes(sch) for sch in spaces)
+    vnni_intrinsics.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
@@ -160,7 +179,8 @@ def conv_layouts(mod, target):
 def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the_conv():
     assert conv_layouts(relay_conv(64, 64), AMX) == [("NCHW64c", "OIHW16i16o4i")]
     assert conv_layouts(relay_conv(64, 64), VNNI) == [("NCHW16c", "OIHW4i16o4i")]
-    assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW16c", "OIHW4i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
 
 
