@@ -33,6 +33,17 @@ marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reductio
                 ... tilestored64 (accumulators)
             epilogue (the conv's one consumer, reverse_compute_at here)
 
+For a conv of 128 input channels or more the rule returns a second design, the reduction in
+chunks (:func:`reduction_chunk`) with the rows inside the chunk loop, so that a chunk's weights
+serve every row from L1::
+
+    for fused in T.parallel(OC // 32):                     # n, oc pair
+        conv_init ... (all rows)
+        for ico_o, oh_o, ow_o in T.grid(IC // 64 // chunk, OH // MH, OW // R):
+            with T.block("conv2d_NCHWc_int8_o_update"):    # the same intrinsic, k = chunk
+                ...
+        epilogue (all rows of the pair)
+
 Why one intrinsic per block's whole reduction rather than one 16x16x64 tile product: with the
 latter, MetaSchedule's tensorization keeps no register state between two calls, so every
 ``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
@@ -342,12 +353,28 @@ def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:
 # ---------------------------------------------------------------------------------------------
 # The schedule.
 
-def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> None:
+def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
+    """64-channel blocks per intrinsic call for the rule's second design of a deep conv, None
+    where it has none: a chunk whose weights for one output-channel pair (2 x 9 x chunk KiB)
+    stay in L1 while every output row is computed (see :func:`schedule_amx_conv`)."""
+    chunks = [d for d in (1, 2) if d < shape.ic_blocks and shape.ic_blocks % d == 0]
+    return max(chunks) if chunks else None
+
+
+def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
+                      chunk: Optional[int] = None) -> None:
     """Tile and parallelize ``block`` and mark its blocks for :class:`TensorizeAMXConv` (see the
     module doc). The conv's single consumer, if any, is computed at each block and a 5-D
     producer (the pad) parallelized over rows; both, and the conv itself, are then annotated
     ``schedule_rule = "None"``, which keeps the rules after this one (``RandomComputeLocation``,
-    the tiling rules) away from what is settled here."""
+    the tiling rules) away from what is settled here.
+
+    With ``chunk`` (64-channel blocks, a divisor of the conv's), each intrinsic call covers that
+    many input-channel blocks and the loop over them goes outside the rows: in parallel over
+    output-channel pairs, then per chunk every row block, so that the chunk's weights are read
+    from L1 by all rows rather than from L2 by each (a 7x7 conv of 512 channels re-reads its 2.3
+    MB of weights 7 times otherwise). The accumulators go through memory once per chunk (the
+    intrinsic loads and stores them anyway), and the epilogue runs per output-channel pair."""
     n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
     occ_o, occ_i = sch.split(occ, [None, OC_TILES])
     if shape.row_block > 1:
@@ -356,12 +383,20 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> Non
     else:
         oh_o, inner = oh, [occ_i]
     ow_o, ow_i = sch.split(ow, [None, shape.rows])
-    sch.reorder(n, occ_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
-    outer = sch.fuse(n, occ_o, oh_o)
+    if chunk is None:
+        sch.reorder(n, occ_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
+        outer = sch.fuse(n, occ_o, oh_o)
+        epilogue_at = ow_o
+    else:
+        ico_o, ico_i = sch.split(ico, [None, chunk])
+        sch.reorder(n, occ_o, ico_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico_i, icf, ics)
+        outer = sch.fuse(n, occ_o)
+        epilogue_at = outer
+        shape = dataclasses.replace(shape, ic_blocks=chunk)  # what one intrinsic call covers
     sch.parallel(outer)
     consumers = sch.get_consumers(block)
     if len(consumers) == 1:  # the epilogue, AutoInline having made it one block
-        sch.reverse_compute_at(consumers[0], ow_o)
+        sch.reverse_compute_at(consumers[0], epilogue_at)
         sch.vectorize(sch.get_loops(consumers[0])[-1])
         sch.annotate(consumers[0], "schedule_rule", "None")
     for producer in sch.get_producers(block):  # the pad: at the root, parallel over rows
@@ -375,7 +410,9 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> Non
     # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
     # make RewriteParallelVectorizeUnroll's ``parallel`` fail; left with its init, TVM's
     # RewriteTensorize trips over the block inside the init (it has no place in the sref tree).
-    tensorized = sch.blockize(inner[0])
+    # (a chunk of one 64-channel block leaves a unit loop inside whose iterator, preserved, the
+    # intrinsic of one block would not match)
+    tensorized = sch.blockize(inner[0], preserve_unit_iters=chunk is None)
     sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
     sch.annotate(block, "schedule_rule", "None")  # the rules after this one leave it alone
 
@@ -400,6 +437,11 @@ class AMXConv(PyScheduleRule):
                 return [sch]
             tiled = sch.copy()
             schedule_amx_conv(tiled, block, shape)
+            designs = [tiled]
+            chunk = reduction_chunk(shape)
+            if chunk is not None:
+                designs.append(sch.copy())
+                schedule_amx_conv(designs[-1], block, shape, chunk)
         except Exception as error:  # pylint: disable=broad-except - the block keeps its rules
             # An exception must not reach the search's C++ thread; the block goes on to the
             # other rules untouched.
@@ -409,7 +451,7 @@ class AMXConv(PyScheduleRule):
         # Stride 2 on AMX measured slower than the tuned VNNI code of the same layer at 64 input
         # channels and faster at 128 and 256 (ResNet-18, docs/cpu.md): for a strided conv the
         # search gets both designs and keeps what measures faster.
-        return [tiled] if shape.stride == 1 else [tiled, sch]
+        return designs if shape.stride == 1 else designs + [sch]
 
     def clone(self) -> ScheduleRule:
         rule = AMXConv()
@@ -437,14 +479,19 @@ def marked_blocks(sch: Schedule) -> List[Tuple[str, str]]:
 
 def tensorize_marked(sch: Schedule) -> int:
     """Decompose and tensorize every block :class:`AMXConv` marked; how many."""
-    marked = marked_blocks(sch)
-    for name, intrinsic in marked:
+    tensorized = 0
+    for name, intrinsic in marked_blocks(sch):
         block = sch.get_block(name)
         sch.unannotate(block, AMX_ANNOTATION)
-        sch.decompose_reduction(block, sch.get_loops(block)[-1])
+        if not any(it.iter_type == tir.IterVar.CommReduce for it in sch.get(block).iter_vars):
+            continue  # the init block RewriteReductionBlock split off (with the annotations)
+        if sch.get(block).init is not None:  # else RewriteReductionBlock decomposed it, at the
+            # chunk loop of the second design (the accumulators are zeroed once, not per chunk)
+            sch.decompose_reduction(block, sch.get_loops(block)[-1])
         register_intrinsic_by_name(intrinsic)
         sch.tensorize(block, intrinsic)
-    return len(marked)
+        tensorized += 1
+    return tensorized
 
 
 @derived_object

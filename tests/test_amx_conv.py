@@ -94,11 +94,26 @@ def test_with_amx_every_design_space_tensorizes_the_conv_and_passes_the_postproc
         tvm.build(sch.mod, target=AMX)  # LLVM selects the tile instructions
 
 
+def test_a_deep_conv_also_gets_a_design_that_runs_every_row_per_chunk_of_input_channels():
+    context, spaces = design_spaces(conv_module(channels=256, height=7), AMX)
+    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv3x3_m1_r7_k4"],
+                                                       ["quantfuse_amx_conv3x3_m1_r7_k2"]]
+    chunked = spaces[1].copy()
+    for postproc in context.space_generator.postprocs:
+        assert postproc.apply(chunked), str(postproc)
+    # the accumulators are zeroed once, outside the loop over the two chunks of 128 channels
+    # (a zeroing inside it would drop the first chunk's sums: the numpy test below would fail)
+    text = chunked.mod.script()
+    assert text.index("_o_init") < text.index("for ic_outer_0") < text.index("_o_update")
+    tvm.build(chunked.mod, target=AMX)
+
+
 def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_postprocs():
     context, spaces = design_spaces(conv_module(channels=128, height=14, stride=2), AMX)
     marks = [amx_tensorizes(sch) for sch in spaces]
     assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k2"]) == 1  # output 7x7, 2 blocks of 64
-    assert marks.count([]) == len(spaces) - 1 >= 1  # what the other rules make of it
+    assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k1"]) == 1  # the chunked design
+    assert marks.count([]) == len(spaces) - 2 >= 1  # what the other rules make of it
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
@@ -131,8 +146,8 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3_bad")
 
 
-@pytest.mark.parametrize("channels,height,stride", [(64, 8, 1), (128, 7, 1), (64, 16, 2),
-                                                  (128, 14, 2)])
+@pytest.mark.parametrize("channels,height,stride", [(64, 8, 1), (128, 7, 1), (256, 8, 1),
+                                                  (64, 16, 2), (256, 14, 2)])
 def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stride):
     if not request_amx_tile_data():
         pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
