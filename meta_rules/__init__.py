@@ -1,13 +1,15 @@
 """meta_rules: MetaSchedule rules and postprocs that let quantized epilogues fuse.
 
-Importing this package registers the custom schedule rule ``compute_inline`` for every target key
-(see :mod:`meta_rules.compute_inline_custom_rule`); that is the only side effect.
+Importing this package registers the custom schedule rules ``compute_inline`` and
+``quantfuse_layout_transform`` for every target key (see :mod:`meta_rules.compute_inline_custom_rule`
+and :mod:`meta_rules.layout_transform_rule`); that is the only side effect.
 """
 
 from . import fusion
 from .compute_inline_custom_rule import compute_inline, register_compute_inline
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer
 from .inline_constant_blocks import InlineConstantBlocks
+from .layout_transform_rule import register_layout_transform_rule
 from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite
 from .reverse_inline_after_inlining import ReverseInlineAfterInlining
 from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
@@ -16,6 +18,7 @@ from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 # --- registration, in one place ------------------------------------------------------------------
 register_compute_inline()
+register_layout_transform_rule()
 
 __all__ = [
     "VARIANTS",
@@ -29,6 +32,7 @@ __all__ = [
     "mutator_probs",
     "postprocs",
     "register_compute_inline",
+    "register_layout_transform_rule",
     "rule_set",
     "schedule_rules",
     "space_generator",

@@ -26,7 +26,10 @@ before any other rule sees its consumers. This is exactly the PrimFunc a TVM bui
 
 Constant blocks are recognised by structure (0-d buffer written, no buffer read, a literal value
 stored), never by name. A block that already carries a ``schedule_rule`` annotation (a patched
-TVM, or a TOPI compute with its own rule) is left as it is.
+TVM, or a TOPI compute with its own rule) is left as it is, with one exception: a TOPI layout
+transform marked ``"None"`` (no rule) whose source channel blocks are narrower than its
+destination's (``NCHW16c`` -> ``NCHW64c``, the AMX convs' input) is handed to
+:mod:`meta_rules.layout_transform_rule` instead, which copies it a source block at a time.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
 from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
+from meta_rules.layout_transform_rule import annotate_layout_transform
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +95,8 @@ def should_annotate(block: tir.Block) -> bool:
 
 
 def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
-    """``func`` with every unannotated scalar constant block marked for compute_inline.
+    """``func`` with every unannotated scalar constant block marked for compute_inline (and a
+    gathering layout transform for ``quantfuse_layout_transform``, see the module doc).
 
     Returns ``func`` itself when there is nothing to annotate (a float model, or a PrimFunc that
     is already annotated), so the result is idempotent.
@@ -100,6 +105,8 @@ def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
     def annotate(stmt: tir.Stmt) -> Optional[tir.Stmt]:
         if isinstance(stmt, tir.Block) and should_annotate(stmt):
             return with_compute_inline_rule(stmt)
+        if isinstance(stmt, tir.Block):  # a layout transform TOPI left to no rule, or None
+            return annotate_layout_transform(stmt)
         return None  # keep the node as mutated so far
 
     body = tir.stmt_functor.ir_transform(func.body, None, annotate, ["tir.Block"])
