@@ -21,8 +21,9 @@ writes one 0-d buffer; ``inline_constants`` returns the same PrimFunc with that 
 
 MetaSchedule's ApplyCustomRule, the first rule of every default rule set, then hands the block to
 ``meta_schedule.<target key>.compute_inline`` (registered by :mod:`meta_rules`), which inlines it
-before any other rule sees its consumers. This is exactly the PrimFunc a TVM built with
-``relay_ext/lowering/patches/te_compiler_cache.patch`` produces with its own default converter.
+before any other rule sees its consumers. For the constants this is exactly the PrimFunc a TVM
+built with ``relay_ext/lowering/patches/te_compiler_cache.patch`` produces with its own default
+converter (the layout-transform hand-off below has no patch counterpart).
 
 Constant blocks are recognised by structure (0-d buffer written, no buffer read, a literal value
 stored), never by name. A block that already carries a ``schedule_rule`` annotation (a patched
