@@ -30,8 +30,12 @@ def the_task(mod, variant="ours", target=CPU):
 
 def layout_block(mod: tvm.IRModule) -> tir.Block:
     found = []
-    tir.stmt_functor.post_order_visit(mod["main"].body, lambda node: found.append(node) if isinstance(
-        node, tir.Block) and node.name_hint == "T_layout_trans" else None)
+
+    def visit(node):
+        if isinstance(node, tir.Block) and node.name_hint == "T_layout_trans":
+            found.append(node)
+
+    tir.stmt_functor.post_order_visit(mod["main"].body, visit)
     return found[0]
 
 
