@@ -15,6 +15,7 @@ import pytest
 from relay_ext import cli
 from relay_ext.tuning import rpc_tracker
 from relay_ext.cli import commands as cli_commands
+from relay_ext.lowering.amx import request_amx_tile_data
 from relay_ext.tuning.work_dir import RECORD_FILE
 from tvm import meta_schedule as ms
 from helpers import small_search, one_error_line
@@ -40,9 +41,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_rpc(logs, key: str, servers: int):
-    """A TVM RPC tracker and ``servers`` servers under ``key``, each process in its own group;
-    returns (tracker port, processes: the tracker first, server log paths)."""
+def _start_rpc(logs, key: str, servers: int, server_module: str = "tvm.exec.rpc_server"):
+    """A TVM RPC tracker and ``servers`` servers under ``key`` (``server_module``: TVM's, or
+    quantfuse's that asks for AMX tile data), each process in its own group; returns (tracker
+    port, processes: the tracker first, server log paths)."""
     port = _free_port()
     processes = [subprocess.Popen(
         [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
@@ -54,7 +56,7 @@ def _start_rpc(logs, key: str, servers: int):
             server_port = _free_port()
             server_logs.append(logs / f"server{i}.log")
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                [sys.executable, "-m", server_module, "--tracker", f"127.0.0.1:{port}",
                  "--key", key, "--host", "127.0.0.1", "--port", str(server_port),
                  "--port-end", str(server_port + 1)],
                 stdout=open(server_logs[-1], "w"), stderr=subprocess.STDOUT,
@@ -127,6 +129,37 @@ def test_rpc_key_without_servers_is_a_clear_error(tracker, tmp_path, capsys):
     assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
                      "--rpc", f"127.0.0.1:{port}:no-such-key"]) == 2
     one_error_line(capsys, "no server with key 'no-such-key'", KEY, "tvm.exec.rpc_server")
+
+
+def test_quantfuses_server_holds_amx_tile_data_where_the_host_grants_it_and_tvms_cannot_say(
+        tracker, tmp_path):
+    """A tune whose candidates use AMX needs servers that asked the kernel for tile data
+    (relay_ext.tuning.rpc_server); TVM's own server is refused with what to start instead."""
+    port, _ = tracker
+    with pytest.raises(rpc_tracker.TrackerError, match="could not say.*relay_ext.tuning.rpc_server"):
+        rpc_tracker.check_servers_run_amx(rpc_tracker.RpcAddress("127.0.0.1", port, KEY))
+    ours_port, processes, logs = _start_rpc(tmp_path, "amx", 1, "relay_ext.tuning.rpc_server")
+    try:
+        address = rpc_tracker.RpcAddress("127.0.0.1", ours_port, "amx")
+        if request_amx_tile_data():  # this host's OS enables AMX int8, the kernel grants it
+            rpc_tracker.check_servers_run_amx(address)  # the session process holds it too
+        else:
+            with pytest.raises(rpc_tracker.TrackerError, match="holds no permission"):
+                rpc_tracker.check_servers_run_amx(address)
+    finally:
+        _stop_rpc(processes)
+    assert "AMX tile data" in logs[0].read_text()
+
+
+def test_an_amx_tune_through_tvms_servers_is_refused_in_one_line(tracker, tmp_path, capsys):
+    if not request_amx_tile_data():
+        pytest.skip("this host cannot run AMX code, so no local target keeps AMX (the server "
+                    "check itself is tested above on every host)")
+    port, _ = tracker
+    assert cli.main(["tune", *TINY, "--target", "host", "--work-dir", str(tmp_path), "--trials",
+                     "4", "--rpc", f"127.0.0.1:{port}:{KEY}"]) == 2
+    one_error_line(capsys, "--rpc", "uses AMX", "relay_ext.tuning.rpc_server")
+    assert not (tmp_path / RECORD_FILE).exists()
 
 
 def test_unreachable_tracker_is_a_clear_error_within_seconds(tmp_path, capsys):

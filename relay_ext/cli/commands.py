@@ -100,7 +100,7 @@ def cmd_tune(args) -> int:
     run = run_description(args, resolve_target(args.target, args.variant))
     if args.rpc is None:  # with --rpc the target describes the remote devices
         check_runs_here(run.target)
-    runner = rpc_runner(args.rpc)
+    runner = rpc_runner(args.rpc, run.target)
     work_dir = writable_dir(args.work_dir)
     # One tune per work dir, locked before repair touches its files; the RPC runner's popen
     # workers are killed on every way out (Ctrl-C included).

@@ -219,9 +219,11 @@ def closed_after(runner) -> Iterator[None]:
             runner.close()
 
 
-def rpc_runner(rpc: Optional[str]):
+def rpc_runner(rpc: Optional[str], target=None):
     """'local', or for --rpc once the tracker answered a runner measuring on its servers
-    (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune)."""
+    (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune). For a ``target``
+    with AMX a server must also hold the kernel's permission for AMX tile data."""
+    from meta_rules.amx_conv import target_has_amx
     from relay_ext.tuning import rpc_tracker
 
     if rpc is None:
@@ -229,6 +231,8 @@ def rpc_runner(rpc: Optional[str]):
     try:
         address = rpc_tracker.parse_rpc_address(rpc)
         servers = rpc_tracker.check_tracker(address)
+        if target is not None and target_has_amx(target):
+            rpc_tracker.check_servers_run_amx(address)
     except (ValueError, rpc_tracker.TrackerError) as error:
         raise BadInput(f"--rpc: {error}") from None
     print(f"measuring on {servers} RPC server(s) with key {address.key!r} at "

@@ -38,6 +38,7 @@ import threading
 import time
 from typing import Callable, List, Optional
 
+import tvm
 from tvm import meta_schedule as ms
 from tvm.contrib.popen_pool import PopenPoolExecutor
 from tvm.meta_schedule.runner.rpc_runner import _worker_func as measure_on_rpc_server
@@ -122,6 +123,31 @@ def check_tracker(address: RpcAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
             f"'python -m tvm.exec.rpc_server --tracker {address.host}:{address.port} "
             f"--key {address.key}'")
     return count
+
+
+def check_servers_run_amx(address: RpcAddress, session_timeout_s: int = 30) -> None:
+    """For a tune whose candidates use AMX: one session on a server of the key must hold the
+    kernel's permission for AMX tile data (``relay_ext.tuning.rpc_server`` asks for it, TVM's
+    ``tvm.exec.rpc_server`` does not, and AMX code dies with SIGILL there); TrackerError saying
+    what to start otherwise."""
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+    from .rpc_server import GRANTED_FUNCTION  # pylint: disable=import-outside-toplevel
+
+    start = (f"start the servers with 'python -m relay_ext.tuning.rpc_server --tracker "
+             f"{address.host}:{address.port} --key {address.key}' on hosts whose OS enables "
+             f"AMX, or tune for a target without AMX")
+    try:
+        session = rpc.connect_tracker(address.host, address.port).request(
+            address.key, session_timeout=session_timeout_s, max_retry=3)
+        granted = session.get_function(GRANTED_FUNCTION)
+    except (tvm.TVMError, RuntimeError, OSError, AttributeError) as error:
+        raise TrackerError(f"the target uses AMX, and a server with key {address.key!r} could not "
+                           f"say whether it may run AMX code ({str(error).splitlines()[-1]}): "
+                           f"{start}") from None
+    if not granted():
+        raise TrackerError(f"the target uses AMX, and a server with key {address.key!r} holds no "
+                           f"permission for AMX tile data: {start}")
 
 
 class MeasuringStopped(RuntimeError):
