@@ -106,8 +106,8 @@ def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
     def annotate(stmt: tir.Stmt) -> Optional[tir.Stmt]:
         if isinstance(stmt, tir.Block) and should_annotate(stmt):
             return with_compute_inline_rule(stmt)
-        if isinstance(stmt, tir.Block):  # a layout transform TOPI left to no rule, or None
-            return annotate_layout_transform(stmt)
+        if isinstance(stmt, tir.Block):  # a gathering layout transform TOPI left to no rule
+            return annotate_layout_transform(stmt)  # (None for any other block: kept)
         return None  # keep the node as mutated so far
 
     body = tir.stmt_functor.ir_transform(func.body, None, annotate, ["tir.Block"])

@@ -132,6 +132,7 @@ def check_servers_run_amx(address: RpcAddress, session_timeout_s: int = 30) -> N
     what to start otherwise."""
     from tvm import rpc  # pylint: disable=import-outside-toplevel
 
+    from meta_rules.tvm_errors import tvm_error_message  # pylint: disable=C0415
     from .rpc_server import GRANTED_FUNCTION  # pylint: disable=import-outside-toplevel
 
     start = (f"start the servers with 'python -m relay_ext.tuning.rpc_server --tracker "
@@ -140,12 +141,14 @@ def check_servers_run_amx(address: RpcAddress, session_timeout_s: int = 30) -> N
     try:
         session = rpc.connect_tracker(address.host, address.port).request(
             address.key, session_timeout=session_timeout_s, max_retry=3)
-        granted = session.get_function(GRANTED_FUNCTION)
+        granted = bool(session.get_function(GRANTED_FUNCTION)())
     except (tvm.TVMError, RuntimeError, OSError, AttributeError) as error:
         raise TrackerError(f"the target uses AMX, and a server with key {address.key!r} could not "
-                           f"say whether it may run AMX code ({str(error).splitlines()[-1]}): "
+                           f"say whether it may run AMX code ({tvm_error_message(error, 120)}): "
                            f"{start}") from None
-    if not granted():
+    finally:
+        session = None  # the session ends here, freeing its server for the tune
+    if not granted:
         raise TrackerError(f"the target uses AMX, and a server with key {address.key!r} holds no "
                            f"permission for AMX tile data: {start}")
 
