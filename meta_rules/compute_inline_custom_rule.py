@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Iterable, List
+from typing import Callable, Iterable, List
 
 import tvm
+from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
 from .constant_blocks import try_compute_inline
@@ -65,22 +66,40 @@ def target_kind_keys() -> List[str]:
     return sorted(keys)
 
 
-def custom_rule_names(keys: Iterable[str]) -> List[str]:
-    return [f"meta_schedule.{key}.{RULE_NAME}" for key in keys]
+def custom_rule_name(key: str, rule: str = RULE_NAME) -> str:
+    """The PackedFunc name under which ApplyCustomRule looks for ``rule`` on target key ``key``."""
+    return f"meta_schedule.{key}.{rule}"
 
 
-def register_compute_inline(extra_keys: Iterable[str] = ()) -> List[str]:
-    """Register :func:`compute_inline` for every target key; return the names registered now.
+def register_for_every_key(rule: str, function_for_key: Callable[[str], Callable],
+                           extra_keys: Iterable[str] = ()) -> List[str]:
+    """Register the custom rule ``rule`` for every target key (``function_for_key(key)``: the
+    function for that key); return the names registered now.
 
     A name that someone else already registered is left alone; registering twice is harmless
     (our own earlier registration counts as someone's).
     """
     keys = sorted(set(REQUIRED_TARGET_KEYS) | set(target_kind_keys()) | set(extra_keys))
     registered = []
-    for name in custom_rule_names(keys):
+    for key in keys:
+        name = custom_rule_name(key, rule)
         if tvm.get_global_func(name, allow_missing=True) is None:
-            tvm.register_func(name, compute_inline)
+            tvm.register_func(name, function_for_key(key))
             registered.append(name)
         else:
             logger.debug("%s is already registered; left as it is", name)
     return registered
+
+
+def register_compute_inline(extra_keys: Iterable[str] = ()) -> List[str]:
+    """Register :func:`compute_inline` for every target key; return the names registered now
+    (see :func:`register_for_every_key`)."""
+    return register_for_every_key(RULE_NAME, lambda key: compute_inline, extra_keys)
+
+
+def with_schedule_rule(block: tir.Block, rule: str) -> tir.Block:
+    """``block`` with the annotation ``schedule_rule = rule`` (added, or replacing its value)."""
+    annotations = dict(block.annotations)
+    annotations["schedule_rule"] = rule
+    return tir.Block(block.iter_vars, block.reads, block.writes, block.name_hint, block.body,
+                     block.init, block.alloc_buffers, block.match_buffers, annotations)

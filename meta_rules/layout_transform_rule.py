@@ -43,7 +43,7 @@ import tvm
 from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .compute_inline_custom_rule import REQUIRED_TARGET_KEYS, target_kind_keys
+from .compute_inline_custom_rule import register_for_every_key, with_schedule_rule
 from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
@@ -85,10 +85,7 @@ def annotate_layout_transform(block: tir.Block) -> Optional[tir.Block]:
     destination's; None for every other block."""
     if str(block.annotations.get(SCHEDULE_RULE, "")) != "None" or _layout_run(block) is None:
         return None
-    annotations = dict(block.annotations)
-    annotations[SCHEDULE_RULE] = RULE_NAME
-    return tir.Block(block.iter_vars, block.reads, block.writes, block.name_hint, block.body,
-                     block.init, block.alloc_buffers, block.match_buffers, annotations)
+    return with_schedule_rule(block, RULE_NAME)
 
 
 def vectorize_source_blocks(sch: Schedule, block: BlockRV) -> List[Schedule]:
@@ -128,11 +125,6 @@ def register_layout_transform_rule(extra_keys: Iterable[str] = ()) -> List[str]:
     """Register the rule for every target key (:func:`vectorize_source_blocks` for the CPU keys,
     :func:`leave_as_it_is` for the others: ApplyCustomRule would otherwise warn and drop the
     annotation); the names registered now (a name someone registered already is left alone)."""
-    keys = sorted(set(REQUIRED_TARGET_KEYS) | set(target_kind_keys()) | set(extra_keys))
-    registered = []
-    for key in keys:
-        name = f"meta_schedule.{key}.{RULE_NAME}"
-        if tvm.get_global_func(name, allow_missing=True) is None:
-            tvm.register_func(name, vectorize_source_blocks if key in CPU_KEYS else leave_as_it_is)
-            registered.append(name)
-    return registered
+    return register_for_every_key(
+        RULE_NAME, lambda key: vectorize_source_blocks if key in CPU_KEYS else leave_as_it_is,
+        extra_keys)

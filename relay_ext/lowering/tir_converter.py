@@ -42,6 +42,7 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
+from meta_rules.compute_inline_custom_rule import with_schedule_rule
 from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
 from meta_rules.layout_transform_rule import annotate_layout_transform
 
@@ -83,12 +84,7 @@ def has_schedule_rule(block: tir.Block) -> bool:
 
 def with_compute_inline_rule(block: tir.Block) -> tir.Block:
     """``block`` with the annotation ``schedule_rule = "compute_inline"`` added."""
-    annotations = dict(block.annotations)
-    annotations[SCHEDULE_RULE_KEY] = COMPUTE_INLINE
-    return tir.Block(
-        block.iter_vars, block.reads, block.writes, block.name_hint, block.body, block.init,
-        block.alloc_buffers, block.match_buffers, annotations,
-    )
+    return with_schedule_rule(block, COMPUTE_INLINE)
 
 
 def should_annotate(block: tir.Block) -> bool:

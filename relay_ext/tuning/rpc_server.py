@@ -27,8 +27,6 @@ from tvm import rpc
 from ..lowering.amx import request_amx_tile_data
 from ..lowering.amx_permission import amx_tile_data_granted
 
-logger = logging.getLogger(__name__)
-
 GRANTED_FUNCTION = "quantfuse.amx_tile_data_granted"
 
 
