@@ -29,6 +29,8 @@ from .constant_blocks import try_compute_inline
 logger = logging.getLogger(__name__)
 
 RULE_NAME = "compute_inline"
+# The block annotation that names a block's custom rule (ApplyCustomRule), or "None" for no rule.
+SCHEDULE_RULE_KEY = "schedule_rule"
 
 # Keys that ApplyCustomRule must find even if probing TVM's target kinds below misses them.
 REQUIRED_TARGET_KEYS = (
@@ -100,6 +102,6 @@ def register_compute_inline(extra_keys: Iterable[str] = ()) -> List[str]:
 def with_schedule_rule(block: tir.Block, rule: str) -> tir.Block:
     """``block`` with the annotation ``schedule_rule = rule`` (added, or replacing its value)."""
     annotations = dict(block.annotations)
-    annotations["schedule_rule"] = rule
+    annotations[SCHEDULE_RULE_KEY] = rule
     return tir.Block(block.iter_vars, block.reads, block.writes, block.name_hint, block.body,
                      block.init, block.alloc_buffers, block.match_buffers, annotations)

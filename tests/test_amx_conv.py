@@ -11,10 +11,11 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import meta_rules
-from meta_rules.amx_conv import (AMXConv, amx_conv_shape, marked_blocks,
-                                 register_intrinsic_by_name, register_intrinsics_of,
-                                 target_has_amx)
-from relay_ext.lowering import amx_layout, vnni_intrinsics
+from meta_rules.amx_conv import AMXConv, amx_conv_shape
+from meta_rules.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
+from meta_rules.amx_tensorize import marked_blocks
+from meta_rules.amx_tiles import target_has_amx
+from relay_ext.lowering import amx_layout, x86_codegen
 from relay_ext.lowering.amx import request_amx_tile_data
 
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
@@ -159,7 +160,7 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
                           dtype=np.int8)
     expected = reference(data, weight, stride)
     assert any(amx_tensorizes(sch) for sch in spaces)
-    vnni_intrinsics.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
+    x86_codegen.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
