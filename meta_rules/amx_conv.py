@@ -77,7 +77,7 @@ from tvm.tir.schedule import BlockRV, Schedule
 
 from .amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
 from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
-from .compute_inline_custom_rule import SCHEDULE_RULE_KEY
+from .custom_rules import SCHEDULE_RULE_KEY
 from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)

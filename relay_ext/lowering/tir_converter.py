@@ -42,7 +42,7 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
-from meta_rules.compute_inline_custom_rule import SCHEDULE_RULE_KEY, with_schedule_rule
+from meta_rules.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
 from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
 from meta_rules.layout_transform_rule import annotate_layout_transform
 
