@@ -48,9 +48,10 @@ from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import markdown_table, write_section
 from benchmarks.where_time_goes import conv_signature
-from meta_rules.amx_conv import TILE_BYTES, TILE_ROWS  # a tile: 16 rows of 64 bytes
+from meta_rules.amx_tiles import TILE_BYTES, TILE_ROWS, TILES, tile_config  # 16 rows x 64 B
 from relay_ext.frontend import models as frontend_models
-from relay_ext.lowering.amx import AMX_INT8_FLAGS, request_amx_tile_data
+from relay_ext.lowering.amx import request_amx_tile_data
+from relay_ext.lowering.amx_permission import AMX_INT8_FLAGS
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
 from relay_ext.report.latency import TVMThread, interleaved_rounds, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
@@ -131,11 +132,7 @@ def amx_conv3x3(channels: int, height: int, scale: float, zero_point: int,
         config = ib.allocate("uint8", (64,), name="config", scope="local").asobject()
         acc = ib.allocate("int32", (BLOCK_PIXELS * BLOCK_CHANNELS,), name="acc",
                           scope="local").asobject()
-        values = [0] * 64
-        values[0] = 1  # palette 1; every tile 16 rows of 64 bytes
-        for t in range(8):
-            values[16 + 2 * t] = TILE_BYTES
-            values[48 + t] = TILE_ROWS
+        values = tile_config({tile: TILE_ROWS for tile in range(TILES)})  # all 16 rows of 64 B
         for i, value in enumerate(values):
             ib.emit(tvm.tir.BufferStore(config, tvm.tir.const(value, "uint8"), [i]))
         ib.emit(_intrin("llvm.x86.ldtilecfg", _address(config, 0)))

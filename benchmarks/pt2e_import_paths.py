@@ -59,6 +59,7 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     import torch
 
+    from meta_rules.tvm_errors import tvm_error_message
     from relay_ext.frontend import eager_quantization, models, pt2e_export
     from relay_ext.frontend.onnx_import import from_onnx, op_counts
     from relay_ext.frontend.pt2e_import import from_exported_program
@@ -98,7 +99,7 @@ def main(argv: List[str]) -> int:
             try:
                 measure("torch.onnx.export -> onnx_import", from_onnx(onnx_path))
             except Exception as error:  # report, do not hide, what the ONNX path makes of it
-                print(f"ONNX import failed: {str(error).splitlines()[0]}")
+                print(f"ONNX import failed: {tvm_error_message(error)}")
     print(f"{args.model}, input {shape}, PT2E (X86InductorQuantizer), ONNX opset {args.opset}:")
     print("| import | " + " | ".join(COUNTED) + " | max steps vs PyTorch (untuned build) |")
     print("|---" * (len(COUNTED) + 2) + "|")

@@ -81,9 +81,9 @@ def latency_ms(loaded, database_dir: Path, target: str, repeats: int, number: in
     threads of TVM's pool (left alone, a 2-CPU machine's pool has one)."""
     from tvm import meta_schedule as ms
 
-    from meta_rules.amx_conv import register_intrinsics_named_in
+    from meta_rules.tensor_intrinsics import register_database_intrinsics
 
-    register_intrinsics_named_in(database_dir)  # before TVM replays records that name them
+    register_database_intrinsics(target, database_dir)  # before TVM replays records naming them
     database = ms.database.JSONDatabase(work_dir=str(database_dir))
     lib = compile_model(database, loaded.mod, loaded.params, target, "ours")
 

@@ -39,7 +39,7 @@ from tvm.topi.x86 import conv2d_avx_common
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                         utc_now, write_section)
 from relay_ext import models
-from relay_ext.lowering import targets, vnni_conv_schedule, vnni_intrinsics
+from relay_ext.lowering import targets, vnni_conv_schedule, x86_codegen
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.tuning.build import copy_module
 from relay_ext.report.latency import TVMThread, interleaved_rounds, load_average
@@ -169,7 +169,7 @@ def main(argv: List[str] | None = None) -> int:
         print(f"this benchmark runs VNNI code: the OS of this machine does not enable "
               f"{', '.join(missing) or 'AVX-512 VNNI (flags unknown)'}", file=sys.stderr)
         return 2
-    vnni_intrinsics.install()  # the VNNI intrinsics for LLVM 22, and our schedule
+    x86_codegen.install()  # the VNNI intrinsics for LLVM 22, and our schedule
     convs = list(CONVS) if args.convs == "all" else [c for c in args.convs.split(",") if c]
     rng = np.random.default_rng(1)
     with TVMThread(args.threads) as tvm_thread:

@@ -40,6 +40,7 @@ from tvm import meta_schedule as ms
 from tvm import relay
 
 from benchmarks.markdown_report import markdown_table, write_section
+from meta_rules.tvm_errors import tvm_error_message
 from relay_ext.frontend import models as frontend_models
 from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
                                                    quantize_eager, random_batches,
@@ -104,7 +105,7 @@ def tvm_layers(tasks, database: ms.Database, target, variant: str, rounds: int) 
                               target, variant, rounds, on_built=count)
         except Exception as error:  # pylint: disable=broad-except - one row lost, not the table
             logger.warning("could not time %s: %s", task.task_name,
-                           (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
+                           tvm_error_message(error, limit=200))
             continue
         runs_record = tuned and not timed.uses_default
         rows.append({"task": task.task_name, "calls": int(task.weight),

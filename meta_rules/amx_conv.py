@@ -49,6 +49,9 @@ latter, MetaSchedule's tensorization keeps no register state between two calls, 
 ``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
 form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 
+The intrinsics are :mod:`meta_rules.amx_intrinsics`, the postproc :mod:`meta_rules.amx_tensorize`,
+the tile sizes and target features :mod:`meta_rules.amx_tiles`.
+
 The rule only touches a block that has exactly that shape (3x3, uint8 x int8 -> int32, 64-channel
 data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the data tile's
 rows are then 128 bytes apart, and the block stays open to the other rules too), and only for a
@@ -64,60 +67,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
-from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple
 
 import tvm
 from tvm import tir
-from tvm.meta_schedule.postproc import Postproc, PyPostproc
 from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
+from .amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
+from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
+from .custom_rules import SCHEDULE_RULE_KEY
 from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 
-AMX_FEATURES = ("amx-tile", "amx-int8")
-TILE_ROWS = 16  # the most rows a tile has
 MIN_ROWS = 4  # fewer pixels per tile (a width with no divisor from 4 to 16) waste the tiles
-TILE_BYTES = 64  # bytes per tile row
-OC_TILES = 2  # accumulator tiles side by side in output channels (16 each)
 AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
-
-
-# AMXConvShape.intrinsic's names: stride (absent: 1), row block, rows per tile, 64-channel blocks
-_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
-STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
-
-
-@dataclasses.dataclass(frozen=True)
-class AMXConvShape:
-    """What the rule needs to know of an eligible conv block."""
-
-    oc_chunks: int  # output channels / 16
-    ic_blocks: int  # input channels / 64
-    height: int  # output rows
-    width: int  # output columns
-    rows: int  # R: output pixels per tile (a divisor of width, at most 16)
-    row_block: int  # MH: output rows per block (2 where height is even, else 1)
-    stride: int = 1  # the same in both directions
-
-    @property
-    def intrinsic(self) -> str:
-        stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
-        return f"quantfuse_amx_conv3x3{stride}_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
-
-
-def target_has_amx(target: tvm.target.Target) -> bool:
-    """Whether LLVM may emit AMX int8 tile instructions for ``target`` (its -mcpu and -mattr)."""
-    if target.kind.name != "llvm":
-        return False
-    from tvm.target.codegen import target_has_features  # pylint: disable=import-outside-toplevel
-
-    return all(target_has_features(feature, target) for feature in AMX_FEATURES)
 
 
 def _rows_for(width: int) -> int:
@@ -191,166 +157,6 @@ def _read_stride(stmt: tir.Block, data: tir.Buffer) -> Optional[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The tensor intrinsic: one block's whole reduction, accumulators in tile registers.
-
-def _intrinsic_source(shape: AMXConvShape) -> Tuple[str, str]:
-    """TVMScript of the description and the implementation for ``shape``'s block. Generated as
-    text: the tile numbers must be literal constants, and loops of extent 1 (one row block, one
-    64-channel block) are bound outside the block by blockize, so they differ per shape."""
-    mh, r, kb, s = shape.row_block, shape.rows, shape.ic_blocks, shape.stride
-    loops = ([("oh", mh)] if mh > 1 else []) + [("occ", OC_TILES), ("ow", r), ("ocb", 16),
-                                                 ("kh", 3), ("kw", 3), ("ico", kb), ("icf", 16),
-                                                 ("ics", 4)]
-    bound = [name for name in ("occ", "oh", "ow", "ocb", "kh", "kw", "ico", "icf", "ics")
-             if name in dict(loops) and (name != "ico" or kb > 1)]
-    kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
-    oh = "voh" if mh > 1 else "0"
-    ico = "vico" if kb > 1 else "0"
-    a_rows, a_cols = s * (mh - 1) + 3, s * (r - 1) + 3  # the data a block reads
-    a_shape = f"(1, {kb}, {a_rows}, {a_cols}, 64)"
-    b_shape = f"(2, {kb}, 3, 3, 16, 16, 4)"
-    c_shape = f"(1, 2, {mh}, {r}, 16)"
-    reads = (f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16], A[0, 0:{kb}, 0:{a_rows}, 0:{a_cols}, 0:64], "
-             f"B[0:2, 0:{kb}, 0:3, 0:3, 0:16, 0:16, 0:4]")
-    writes = f"C[0, 0:2, 0:{mh}, 0:{r}, 0:16]"
-    buffers = (
-        f"    A = T.match_buffer(a, {a_shape}, \"uint8\", offset_factor=1, "
-        f"strides=[sa0, sa1, sa2, sa3, 1])\n"
-        f"    B = T.match_buffer(b, {b_shape}, \"int8\", offset_factor=1, "
-        f"strides=[sb0, sb1, sb2, sb3, 64, 4, 1])\n"
-        f"    C = T.match_buffer(c, {c_shape}, \"int32\", offset_factor=1, "
-        f"strides=[sc0, sc1, sc2, 16, 1])\n")
-    header = ("@T.prim_func\n"
-              "def func(a: T.handle, b: T.handle, c: T.handle) -> None:\n"
-              "    sa0, sa1, sa2, sa3 = T.int32(), T.int32(), T.int32(), T.int32()\n"
-              "    sb0, sb1, sb2, sb3 = T.int32(), T.int32(), T.int32(), T.int32()\n"
-              "    sc0, sc1, sc2 = T.int32(), T.int32(), T.int32()\n" + buffers +
-              "    with T.block(\"root\"):\n"
-              f"        T.reads({reads})\n"
-              f"        T.writes({writes})\n")
-    names = ", ".join(name for name, _ in loops)
-    extents = ", ".join(str(extent) for _, extent in loops)
-    desc = header + (
-        f"        for {names} in T.grid({extents}):\n"
-        "            with T.block(\"update\"):\n"
-        f"                {', '.join('v' + b for b in bound)} = T.axis.remap(\"{kinds}\", "
-        f"[{', '.join(bound)}])\n"
-        f"                C[0, vocc, {oh}, vow, vocb] = C[0, vocc, {oh}, vow, vocb] + "
-        f"T.Cast(\"int32\", A[0, {ico}, {oh} * {s} + vkh, vow * {s} + vkw, vicf * 4 + vics]) * "
-        f"T.Cast(\"int32\", B[vocc, {ico}, vkh, vkw, vicf, vocb, vics])\n")
-
-    def call(name: str, *args: str) -> str:  # T.uint32(0): no overloaded argument types
-        return f"T.evaluate(T.call_llvm_intrin(\"int32\", \"llvm.x86.{name}\", " \
-               f"{', '.join(('T.uint32(0)',) + args)}))"
-
-    config = [0] * 64
-    config[0] = 1  # palette 1
-    tiles: Dict[int, int] = {}  # tile -> rows
-    for m in range(mh):
-        for n in range(OC_TILES):
-            tiles[m * OC_TILES + n] = r  # accumulators
-        tiles[4 + m] = r  # data
-    for n in range(OC_TILES):
-        tiles[6 + n] = TILE_ROWS  # weights
-    for tile, rows in tiles.items():
-        config[16 + 2 * tile] = TILE_BYTES
-        config[48 + tile] = rows
-    # ldtilecfg costs ~80 ns (13 tdpbusd) on the hosts measured, sttilecfg and a compare ~10:
-    # load the configuration only where this thread's current one differs (it is the same from
-    # the second block a thread runs on; a thread that never configured its tiles, or released
-    # them, reads as all zeros). The configuration's 16 words, little-endian (int32: TVM
-    # narrows 64-bit constants to the index type while it tensorizes):
-    words = [int.from_bytes(bytes(config[i:i + 4]), "little") for i in range(0, 64, 4)]
-    body = ["current = T.decl_buffer((16,), \"int32\", scope=\"local\")",
-            call("sttilecfg", "T.address_of(current[0])"),
-            "if " + " or ".join(f"current[{i}] != {word}"
-                                for i, word in enumerate(words)) + ":",
-            "    config = T.decl_buffer((64,), \"uint8\", scope=\"local\")"]
-    body += [f"    config[{i}] = T.uint8({value})" for i, value in enumerate(config)]
-    body.append("    " + call("ldtilecfg", "T.address_of(config[0])"))
-    c_stride = "T.int64(64)"  # a C tile row: 16 int32 (C's strides end in 16, 1)
-    accumulators = [(m, n) for m in range(mh) for n in range(OC_TILES)]
-    for m, n in accumulators:
-        body.append(call("tileloadd64", f"T.uint8({m * OC_TILES + n})",
-                         f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride))
-    step = []
-    for m in range(mh):
-        step.append(call("tileloadd64", f"T.uint8({4 + m})",
-                         f"T.address_of(A[0, kb, kh + {s * m}, kw, 0])",
-                         f"T.Cast(\"int64\", sa3 * {s})"))
-    for n in range(OC_TILES):
-        step.append(call("tileloadd64", f"T.uint8({6 + n})",
-                         f"T.address_of(B[{n}, kb, kh, kw, 0, 0, 0])", "T.int64(64)"))
-    for m, n in accumulators:
-        step.append(call("tdpbusd", f"T.uint8({m * OC_TILES + n})", f"T.uint8({4 + m})",
-                         f"T.uint8({6 + n})"))
-    impl = header + "".join(f"        {line}\n" for line in body) + (
-        f"        for kh, kw, kb in T.grid(3, 3, {kb}):\n" +
-        "".join(f"            {line}\n" for line in step) +
-        "".join("        " + call("tilestored64", f"T.uint8({m * OC_TILES + n})",
-                                  f"T.address_of(C[0, {n}, {m}, 0, 0])", c_stride) + "\n"
-                for m, n in accumulators))
-    # No tilerelease: it would undo the configuration the next block reuses. The tiles stay
-    # configured in the thread (the kernel saves their 8 KiB at a context switch); code that
-    # uses AMX after this in the same thread configures its tiles itself, as it must anyway.
-    return desc, impl
-
-
-_REGISTERED: Dict[str, bool] = {}
-
-
-def register_intrinsic(shape: AMXConvShape) -> str:
-    """Register (once per process) the tensor intrinsic of ``shape``'s block; its name."""
-    name = shape.intrinsic
-    if name not in _REGISTERED:
-        desc, impl = _intrinsic_source(shape)
-        tir.TensorIntrin.register(name, tvm.script.from_source(desc),
-                                  tvm.script.from_source(impl), override=True)
-        _REGISTERED[name] = True
-    return name
-
-
-def register_intrinsic_by_name(name: str) -> bool:
-    """Register the intrinsic a tuning record names (``quantfuse_amx_conv3x3_m2_r14_k1``), so
-    that the record's trace replays in a fresh process; False when ``name`` is not one of ours."""
-    match = _INTRINSIC_NAME.fullmatch(name)
-    if match is None:
-        return False
-    stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
-    if stride not in STRIDES:
-        return False
-    register_intrinsic(AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride))
-    return True
-
-
-def register_intrinsics_named_in(work_dir: Union[str, os.PathLike]) -> List[str]:
-    """Register the AMX intrinsics that the records of a tuning database (the JSON files in
-    ``work_dir``) name: TVM replays every record's trace while it loads the database, and a
-    trace that names an intrinsic not registered fails the whole load. The names registered."""
-    names = set()
-    for path in Path(work_dir).glob("*.json"):
-        try:
-            names.update(match.group(0) for match in
-                         _INTRINSIC_NAME.finditer(path.read_text(errors="replace")))
-        except OSError:
-            continue
-    for name in sorted(names):
-        register_intrinsic_by_name(name)
-    return sorted(names)
-
-
-def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:
-    """Register the AMX intrinsics a trace's ``tensorize`` instructions name (a record tuned in
-    another process replays only once they exist); the names registered."""
-    names = []
-    for inst in trace.insts:
-        if inst.kind.name == "Tensorize" and inst.attrs and \
-                register_intrinsic_by_name(str(inst.attrs[0])):
-            names.append(str(inst.attrs[0]))
-    return names
-
-
-# ---------------------------------------------------------------------------------------------
 # The schedule.
 
 def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
@@ -398,13 +204,13 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     if len(consumers) == 1:  # the epilogue, AutoInline having made it one block
         sch.reverse_compute_at(consumers[0], epilogue_at)
         sch.vectorize(sch.get_loops(consumers[0])[-1])
-        sch.annotate(consumers[0], "schedule_rule", "None")
+        sch.annotate(consumers[0], SCHEDULE_RULE_KEY, "None")
     for producer in sch.get_producers(block):  # the pad: at the root, parallel over rows
         loops = sch.get_loops(producer)
         if len(loops) == 5:
             sch.parallel(sch.fuse(*loops[:3]))
             sch.vectorize(loops[-1])
-            sch.annotate(producer, "schedule_rule", "None")
+            sch.annotate(producer, SCHEDULE_RULE_KEY, "None")
     # The block is marked, not tensorized yet: TensorizeAMXConv (a postproc placed after
     # RewriteParallelVectorizeUnroll and RewriteReductionBlock) decomposes its reduction and
     # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
@@ -414,7 +220,7 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     # intrinsic of one block would not match)
     tensorized = sch.blockize(inner[0], preserve_unit_iters=chunk is None)
     sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
-    sch.annotate(block, "schedule_rule", "None")  # the rules after this one leave it alone
+    sch.annotate(block, SCHEDULE_RULE_KEY, "None")  # the rules after this one leave it alone
 
 
 @derived_object
@@ -442,9 +248,9 @@ class AMXConv(PyScheduleRule):
             if chunk is not None:
                 designs.append(sch.copy())
                 schedule_amx_conv(designs[-1], block, shape, chunk)
-        except Exception as error:  # pylint: disable=broad-except - the block keeps its rules
-            # An exception must not reach the search's C++ thread; the block goes on to the
-            # other rules untouched.
+        except tvm.TVMError as error:  # a schedule primitive refused: the block keeps its rules
+            # TVM's error must not reach the search's C++ thread; the block goes on to the other
+            # rules untouched. Any other exception is a bug of ours and surfaces as one.
             logger.warning("AMXConv could not tensorize %s: %s", sch.get(block).name_hint,
                            tvm_error_message(error))
             return [sch]
@@ -460,59 +266,3 @@ class AMXConv(PyScheduleRule):
 
     def __str__(self) -> str:
         return "AMXConv"
-
-
-def marked_blocks(sch: Schedule) -> List[Tuple[str, str]]:
-    """(block name, intrinsic) of every block :class:`AMXConv` marked."""
-    marked: List[Tuple[str, str]] = []
-    for _, func in sch.mod.functions.items():
-        if not isinstance(func, tir.PrimFunc):
-            continue
-
-        def visit(node):
-            if isinstance(node, tir.Block) and AMX_ANNOTATION in node.annotations:
-                marked.append((node.name_hint, str(node.annotations[AMX_ANNOTATION])))
-
-        tir.stmt_functor.post_order_visit(func.body, visit)
-    return marked
-
-
-def tensorize_marked(sch: Schedule) -> int:
-    """Decompose and tensorize every block :class:`AMXConv` marked; how many."""
-    tensorized = 0
-    for name, intrinsic in marked_blocks(sch):
-        block = sch.get_block(name)
-        sch.unannotate(block, AMX_ANNOTATION)
-        if not any(it.iter_type == tir.IterVar.CommReduce for it in sch.get(block).iter_vars):
-            continue  # the init block RewriteReductionBlock split off (with the annotations)
-        if sch.get(block).init is not None:  # else RewriteReductionBlock decomposed it, at the
-            # chunk loop of the second design (the accumulators are zeroed once, not per chunk)
-            sch.decompose_reduction(block, sch.get_loops(block)[-1])
-        register_intrinsic_by_name(intrinsic)
-        sch.tensorize(block, intrinsic)
-        tensorized += 1
-    return tensorized
-
-
-@derived_object
-class TensorizeAMXConv(PyPostproc):
-    """The postproc half of :class:`AMXConv`: decompose and tensorize the blocks it marked
-    (placed after ``RewriteReductionBlock``, before ``RewriteTensorize``); a candidate where that
-    fails is rejected."""
-
-    def _initialize_with_tune_context(self, context) -> None:
-        pass
-
-    def apply(self, sch: Schedule) -> bool:
-        try:
-            tensorize_marked(sch)
-        except Exception as error:  # pylint: disable=broad-except - reject, never raise into C++
-            logger.warning("TensorizeAMXConv rejects a candidate: %s", tvm_error_message(error))
-            return False
-        return True
-
-    def clone(self) -> Postproc:
-        return TensorizeAMXConv()
-
-    def __str__(self) -> str:
-        return "TensorizeAMXConv"

@@ -29,7 +29,7 @@ which splits the innermost loop at the source's block and vectorizes one source 
 
 0.0043 ms for the same task (17x). Other blocks keep their annotation and the rules' behaviour
 (blocks named ``None`` are skipped by every rule). Registered for every target key as
-:mod:`meta_rules.compute_inline_custom_rule` does; for a target other than a CPU the function
+:mod:`meta_rules.custom_rules` says; for a target other than a CPU the function
 leaves the block as it is, which is what ``"None"`` did.
 """
 
@@ -43,13 +43,12 @@ import tvm
 from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .compute_inline_custom_rule import register_for_every_key, with_schedule_rule
+from .custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
 from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 
 RULE_NAME = "quantfuse_layout_transform"
-SCHEDULE_RULE = "schedule_rule"
 _INNER_BLOCK = re.compile(r"(\d+)([a-z])$")  # "NCHW16c" -> 16, "c"
 
 
@@ -83,7 +82,7 @@ def annotate_layout_transform(block: tir.Block) -> Optional[tir.Block]:
     """``block`` annotated for :func:`vectorize_source_blocks` when it is a layout transform TOPI
     left to no rule (``schedule_rule = "None"``) whose source blocks are narrower than its
     destination's; None for every other block."""
-    if str(block.annotations.get(SCHEDULE_RULE, "")) != "None" or _layout_run(block) is None:
+    if str(block.annotations.get(SCHEDULE_RULE_KEY, "")) != "None" or _layout_run(block) is None:
         return None
     return with_schedule_rule(block, RULE_NAME)
 

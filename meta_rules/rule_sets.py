@@ -29,7 +29,9 @@ from tvm import meta_schedule as ms
 from tvm import te
 from tvm.target import Target
 
-from .amx_conv import AMXConv, TensorizeAMXConv, target_has_amx
+from .amx_conv import AMXConv
+from .amx_tensorize import TensorizeAMXConv
+from .amx_tiles import target_has_amx
 from .compute_reduction_at_consumer import ComputeReductionAtConsumer, follows_cross_thread_reduction
 from .inline_constant_blocks import InlineConstantBlocks
 from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite

@@ -20,6 +20,7 @@ from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
 from .block_relations import live_block_sref
+from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,6 @@ class StructuralRule(PyScheduleRule):
             primitive()
         except tir.ScheduleError as err:
             logger.debug("%s: %r left as it is: %s", type(self).__name__, sref.stmt.name_hint,
-                         str(err).strip().splitlines()[-1])
+                         tvm_error_message(err))
             return False
         return True

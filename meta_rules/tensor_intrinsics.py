@@ -33,6 +33,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from typing import Iterator, List, Optional, Tuple, Union
 
@@ -77,6 +78,19 @@ def register_tensor_intrinsics(target: Union[str, Target, None] = None) -> None:
     missing = [f for f in families if f"{PACKAGE}.{f}" not in sys.modules]
     if missing:
         _import_families_alone(missing)
+
+
+def register_database_intrinsics(target: Union[str, Target, None],
+                                 work_dir: Union[str, os.PathLike]) -> List[str]:
+    """Everything a tuning database's records may name, registered before TVM loads it (TVM
+    replays every record's trace while it loads a database, and a trace that names an intrinsic
+    not registered fails the whole load): the families of ``target`` (all where None) and the AMX
+    conv intrinsics the records in ``work_dir`` name (one per conv shape,
+    :func:`meta_rules.amx_intrinsics.register_intrinsics_named_in`); the AMX names."""
+    from .amx_intrinsics import register_intrinsics_named_in  # pylint: disable=import-outside-toplevel
+
+    register_tensor_intrinsics(target)
+    return register_intrinsics_named_in(work_dir)
 
 
 class _InspectWithShallowStack:

@@ -11,10 +11,11 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import meta_rules
-from meta_rules.amx_conv import (AMXConv, amx_conv_shape, marked_blocks,
-                                 register_intrinsic_by_name, register_intrinsics_of,
-                                 target_has_amx)
-from relay_ext.lowering import amx_layout, vnni_intrinsics
+from meta_rules.amx_conv import AMXConv, amx_conv_shape
+from meta_rules.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
+from meta_rules.amx_tensorize import marked_blocks
+from meta_rules.amx_tiles import target_has_amx
+from relay_ext.lowering import amx_layout, x86_codegen
 from relay_ext.lowering.amx import request_amx_tile_data
 
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
@@ -159,7 +160,7 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
                           dtype=np.int8)
     expected = reference(data, weight, stride)
     assert any(amx_tensorizes(sch) for sch in spaces)
-    vnni_intrinsics.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
+    x86_codegen.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
@@ -207,3 +208,38 @@ def test_topis_amx_dense_is_not_chosen_for_an_amx_target():
     with tvm.target.Target(AMX):
         assert not dense.target_has_features("amx-int8")
         assert dense.target_has_features(["avx512bw", "avx512f"])
+
+
+@pytest.mark.parametrize("row_block, rows, blocks, stride", [(2, 14, 1, 1), (1, 7, 4, 2)])
+def test_the_intrinsic_keeps_its_accumulators_in_tiles_and_loads_its_configuration(
+        row_block, rows, blocks, stride):
+    """Checked on the TIR, so on any host: per block 2 * MH accumulator loads and stores outside
+    the reduction loop, inside it MH data and 2 weight tile loads and 2 * MH tdpbusd; the
+    configuration holds R-row accumulator and data tiles and 16-row weight tiles."""
+    from meta_rules.amx_intrinsics import AMXConvShape, intrinsic_implementation
+    from meta_rules.amx_tiles import config_words, tile_config
+
+    shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride)
+    script = intrinsic_implementation(shape).script()
+    accumulators = 2 * row_block
+    assert script.count("llvm.x86.tdpbusd") == accumulators
+    assert script.count("llvm.x86.tilestored64") == accumulators
+    assert script.count("llvm.x86.tileloadd64") == accumulators + row_block + 2
+    assert script.count("llvm.x86.ldtilecfg") == script.count("llvm.x86.sttilecfg") == 1
+    assert "tilerelease" not in script
+    config = tile_config({0: rows, 1: rows, 2: rows, 3: rows, 4: rows, 5: rows, 6: 16, 7: 16}
+                         if row_block == 2 else {0: rows, 1: rows, 4: rows, 6: 16, 7: 16})
+    for word in config_words(config):
+        assert f"!= {word}" in script
+
+
+def test_the_tile_configuration_bytes():
+    from meta_rules.amx_tiles import config_words, tile_config
+
+    config = tile_config({0: 14, 6: 16})
+    assert config[0] == 1 and config[16] == 64 and config[48] == 14
+    assert config[16 + 12] == 64 and config[48 + 6] == 16
+    assert sum(config) == 1 + 64 + 14 + 64 + 16
+    assert config_words(config)[0] == 1 and len(config_words(config)) == 16
+    with pytest.raises(ValueError, match="rows 1-16"):
+        tile_config({0: 17})

@@ -30,11 +30,11 @@ def test_the_host_target_uses_vnni_and_amx_only_where_enabled(flags, mcpu, grant
     # granted: whether the kernel gives this process AMX tile data when asked (never asked
     # where the flags lack AMX int8)
     monkeypatch.setattr(amx_permission, "request_tile_data",
-                        lambda flags: granted and set(amx.AMX_INT8_FLAGS) <= set(flags))
+                        lambda flags: granted and set(amx_permission.AMX_INT8_FLAGS) <= set(flags))
     target = targets.host_llvm_target(2, flags=flags)
     assert target.attrs.get("mcpu") == mcpu
     with_amx = granted and flags == AMX_SERVER
-    assert amx.amx_features(target) == (["amx-int8", "amx-tile"] if with_amx else [])
+    assert targets.amx_features(target) == (["amx-int8", "amx-tile"] if with_amx else [])
     targets.check_runs_here(target, flags)  # runs on the host class it was chosen for
     vnni = "avx512vnni" in {str(f) for f in codegen.llvm_get_cpu_features(target)}
     assert vnni == ("avx512_vnni" in flags)
@@ -49,12 +49,12 @@ def can_run_amx(monkeypatch, can_run: bool) -> None:
 def test_an_amx_mcpu_keeps_only_the_amx_quantfuse_uses_where_it_can_run(mcpu, caplog,
                                                                          monkeypatch):
     # decided by LLVM's feature set of the -mcpu: these have amx-int8, amx-tile and more
-    assert {"amx-int8", "amx-tile"} < set(amx.amx_features(f"llvm -mcpu={mcpu}"))
+    assert {"amx-int8", "amx-tile"} < set(targets.amx_features(f"llvm -mcpu={mcpu}"))
     can_run_amx(monkeypatch, True)
     with caplog.at_level("WARNING"):
         mapped = targets.normalize_target(f"llvm -mcpu={mcpu} -num-cores 3")
     assert mapped.attrs["mcpu"] == "cascadelake" and int(mapped.attrs["num-cores"]) == 3
-    assert amx.amx_features(mapped) == ["amx-int8", "amx-tile"]
+    assert targets.amx_features(mapped) == ["amx-int8", "amx-tile"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "quantfuse uses AMX for int8 3x3 convs" in warnings[0], warnings
     assert "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 3" in warnings[0]
@@ -68,7 +68,7 @@ def test_an_amx_mcpu_is_mapped_to_the_best_target_without_amx_where_amx_cannot_r
     with caplog.at_level("WARNING"):
         mapped = targets.normalize_target(f"llvm -mcpu={mcpu} -num-cores 3")
     assert mapped.attrs["mcpu"] == "cascadelake" and int(mapped.attrs["num-cores"]) == 3
-    assert amx.amx_features(mapped) == []
+    assert targets.amx_features(mapped) == []
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "cannot run AMX code" in warnings[0], warnings
     assert "llvm -mcpu=cascadelake -num-cores 3" in warnings[0]
@@ -87,13 +87,13 @@ def test_amx_in_mattr_is_kept_where_it_can_run_and_dropped_where_not(monkeypatch
     caplog.clear()
     with caplog.at_level("WARNING"):
         alone = targets.normalize_target("llvm -mcpu=cascadelake -mattr=+amx-tile")
-    assert amx.amx_features(alone) == []
+    assert targets.amx_features(alone) == []
     assert "needs both amx-tile and amx-int8" in caplog.records[-1].getMessage()
     can_run_amx(monkeypatch, False)
     mapped = targets.normalize_target(text)
     assert mapped.attrs["mcpu"] == "cascadelake"
     assert [str(a) for a in mapped.attrs["mattr"]] == ["+avx512f"]
-    assert amx.amx_features(mapped) == []
+    assert targets.amx_features(mapped) == []
     plain = targets.normalize_target("llvm -mcpu=core-avx2 -num-cores 2")
     assert plain.attrs["mcpu"] == "core-avx2" and "mattr" not in plain.attrs  # no AMX: unchanged
 
@@ -113,6 +113,23 @@ def test_a_mapped_amx_target_still_needs_its_vnni_and_amx_on_the_host(monkeypatc
             targets.check_runs_here(mapped, flags)
 
 
+def test_the_host_target_text_of_a_message_asks_the_kernel_for_nothing(monkeypatch):
+    """host_target_text() formats error messages: it reports AMX where this process holds tile
+    data already, and never asks the kernel for it (host_llvm_target() does)."""
+    def refuse(flags):
+        raise AssertionError("asked the kernel for AMX tile data while formatting a message")
+
+    monkeypatch.setattr(amx_permission, "request_tile_data", refuse)
+    for granted in (True, False):
+        monkeypatch.setattr(amx_permission, "amx_tile_data_granted", lambda: granted)
+        text = targets.host_target_text(2, AMX_SERVER)
+        assert text == ("llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2" if granted
+                        else "llvm -mcpu=cascadelake -num-cores 2")
+        assert targets.host_target_text(2, VNNI_SERVER) == "llvm -mcpu=cascadelake -num-cores 2"
+    with pytest.raises(targets.TargetNotRunnable, match="core-avx2 -num-cores 4"):
+        targets.check_runs_here("llvm -mcpu=sapphirerapids -num-cores 4", AMD_AVX2_VM)
+
+
 def test_amx_tile_data_is_not_asked_for_where_the_os_does_not_enable_amx():
     for flags in (VNNI_SERVER, SKYLAKE_SERVER, AMD_AVX2_VM, frozenset({"amx_tile"})):
         assert amx.request_amx_tile_data(flags) is False
@@ -124,13 +141,13 @@ def test_the_kernel_grants_amx_tile_data_where_the_os_enables_amx():
     flags = targets.host_cpu_flags()
     if flags is None or platform.machine() != "x86_64":
         pytest.skip("not a Linux x86-64 host")
-    code = ("from relay_ext.lowering import amx; "
-            "print(amx.amx_tile_data_granted(), amx.request_amx_tile_data(), "
-            "amx.amx_tile_data_granted())")
+    code = ("from relay_ext.lowering import amx, amx_permission; "
+            "print(amx_permission.amx_tile_data_granted(), amx.request_amx_tile_data(), "
+            "amx_permission.amx_tile_data_granted())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
-    expected = set(amx.AMX_INT8_FLAGS) <= flags and release >= (5, 16)
+    expected = set(amx_permission.AMX_INT8_FLAGS) <= flags and release >= (5, 16)
     assert out == ["False", str(expected), str(expected)], out
 
 
@@ -148,7 +165,7 @@ def test_target_host_prints_the_resolved_target(command, tmp_path, capsys):
     args = [command, *TINY, "--target", "host", "--work-dir", str(work_dir)]
     assert cli.main(args + (["--trials", "2"] if command == "tune" else [])) == cli.EXIT_BAD_INPUT
     out = capsys.readouterr().out
-    assert f"--target host: {amx.short_text(targets.host_llvm_target())}" in out, out
+    assert f"--target host: {targets.short_text(targets.host_llvm_target())}" in out, out
 
 
 def test_the_api_takes_host():

@@ -223,7 +223,7 @@ def rpc_runner(rpc: Optional[str], target=None):
     """'local', or for --rpc once the tracker answered a runner measuring on its servers
     (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune). For a ``target``
     with AMX a server must also hold the kernel's permission for AMX tile data."""
-    from meta_rules.amx_conv import target_has_amx
+    from meta_rules.amx_tiles import target_has_amx
     from relay_ext.tuning import rpc_tracker
 
     if rpc is None:

@@ -10,12 +10,15 @@ Two things must hold before a process may execute AMX tile instructions:
    without it dies with SIGILL (measured 2026-12-01: a TOPI dense built for
    ``-mcpu=sapphirerapids``, exit 132).
 
-    request_amx_tile_data()       # True when the kernel granted it to this process
-    amx_tile_data_granted()       # True when this process already holds it (asks nothing)
-    amx_features("llvm -mcpu=sapphirerapids")  # ['amx-bf16', 'amx-int8', 'amx-tile', ...]
-    supported_amx(Target("llvm -mcpu=sapphirerapids -num-cores 2"))
+    amx.request_amx_tile_data()              # True when the kernel granted it to this process
+    amx_permission.amx_tile_data_granted()   # True when this process already holds it (asks nothing)
+    targets.amx_features("llvm -mcpu=sapphirerapids")  # ['amx-bf16', 'amx-int8', 'amx-tile', ...]
+    targets.supported_amx(Target("llvm -mcpu=sapphirerapids -num-cores 2"))
         # llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 ... where this process can run AMX,
         # else llvm -mcpu=cascadelake ... (without_amx)
+
+This module asks for this host (its /proc/cpuinfo flags); :mod:`.amx_permission` makes the
+system calls (the one wrapper of ``arch_prctl``), :mod:`.targets` decides which targets keep AMX.
 
 quantfuse's AMX code is :mod:`meta_rules.amx_conv` (int8 3x3 convs tensorized on tiles, with the
 layout :mod:`relay_ext.lowering.amx_layout` makes Relay choose). It needs ``amx-tile`` and
@@ -23,9 +26,11 @@ layout :mod:`relay_ext.lowering.amx_layout` makes Relay choose). It needs ``amx-
 to build or crash here and are kept out. So every llvm target quantfuse takes
 (:func:`relay_ext.lowering.targets.normalize_target`) keeps of its AMX features, as LLVM resolves
 its ``-mcpu`` and ``-mattr`` (not a list of CPU names), only those two, and only where this
-process can run AMX code: it asks the kernel for tile data right then (:func:`supported_amx`).
-Elsewhere the target is mapped to the best non-AMX ``-mcpu`` its features cover, with one
-warning (:func:`without_amx`): AMX code never reaches a process that cannot run it. MetaSchedule's
+process can run AMX code: it asks the kernel for tile data right then
+(:func:`~relay_ext.lowering.targets.supported_amx`). Elsewhere the target is mapped to the best
+non-AMX ``-mcpu`` its features cover, with one warning
+(:func:`~relay_ext.lowering.targets.without_amx`): AMX code never reaches a process that cannot
+run it. MetaSchedule's
 runner workers ask for tile data when they start (:func:`request_amx_tile_data_in_worker`).
 """
 
@@ -34,12 +39,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
-# The system calls, and the guard on targets (with the other target checks), imported here for
-# the docs' names.
-from .amx_permission import (AMX_INT8_FLAGS, amx_tile_data_granted,  # noqa: F401
-                             request_tile_data)
-from .targets import (amx_features, host_cpu_flags, short_text, supported_amx,  # noqa: F401
-                      without_amx)
+from .amx_permission import request_tile_data
+from .targets import host_cpu_flags
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ def request_amx_tile_data(flags: Optional[Iterable[str]] = None) -> bool:
     """Ask the kernel for AMX tile data in this process; True when it is granted (now or before).
 
     False without asking where the OS does not enable AMX int8 (``flags``, default this host's
-    /proc/cpuinfo flags, lacks :data:`AMX_INT8_FLAGS`), off Linux x86-64, or when the kernel
-    refuses (before 5.16: EINVAL). The permission is per process (threads share it, a forked
+    /proc/cpuinfo flags, lacks :data:`~.amx_permission.AMX_INT8_FLAGS`), off Linux x86-64, or
+    when the kernel refuses (before 5.16: EINVAL). The permission is per process (threads share it, a forked
     child inherits it, an exec'd one does not): ask in every process that runs AMX code."""
     flags = host_cpu_flags() if flags is None else frozenset(flags)
     return flags is not None and request_tile_data(flags)

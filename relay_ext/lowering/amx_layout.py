@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional
 
 from tvm.target import Target
 
-from meta_rules.amx_conv import OC_TILES, STRIDES, TILE_BYTES, TILE_ROWS, target_has_amx
+from meta_rules.amx_intrinsics import STRIDES
+from meta_rules.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
 

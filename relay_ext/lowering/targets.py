@@ -29,11 +29,15 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
 
 from tvm.target import Target, codegen
 
+from meta_rules.amx_tiles import AMX_FEATURES
+
 from . import amx_permission
 
 logger = logging.getLogger(__name__)
 
-TargetLike = Union[str, Target]
+# A Target, a target string, or the word "host" (:data:`HOST`); meta_rules.rule_sets.TargetLike
+# knows no "host".
+TargetOrHost = Union[str, Target]
 # ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
 HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
@@ -132,47 +136,56 @@ def host_llvm_target(num_cores: Optional[int] = None,
     ``vpdpbusd`` of an output vector through one register and was slower than its AVX-512 build;
     with :mod:`relay_ext.lowering.vnni_conv_schedule` (independent accumulators) untuned int8
     ResNet-18 takes 0.50x the AVX-512 build's time (docs/vnni.md)."""
-    return Target(host_target_text(num_cores, flags))
+    flags = _host_flags(flags)
+    amx = flags is not None and amx_permission.request_tile_data(flags)  # asks the kernel now
+    return Target(host_target_text(num_cores, flags, amx=amx))
 
 
-def host_target_text(num_cores: Optional[int] = None,
-                     flags: Optional[Iterable[str]] = None) -> str:
-    """:func:`host_llvm_target` as the short string a person types: ``llvm -mcpu=X -num-cores N``."""
-    if flags is None:
-        flags = host_cpu_flags() if _host_is_x86() else None
+def host_target_text(num_cores: Optional[int] = None, flags: Optional[Iterable[str]] = None,
+                     amx: Optional[bool] = None) -> str:
+    """:func:`host_llvm_target` as the short string a person types: ``llvm -mcpu=X -num-cores N``,
+    plus ``-mattr=+amx-tile,+amx-int8`` where ``amx``. ``amx`` None (the text in a message):
+    whether the OS enables AMX int8 and this process already holds the kernel's permission for
+    tile data; nothing is asked of the kernel to format a message."""
+    flags = _host_flags(flags)
     mcpu = best_mcpu(flags)
+    if amx is None:
+        amx = (flags is not None and set(amx_permission.AMX_INT8_FLAGS) <= set(flags)
+               and amx_permission.amx_tile_data_granted())
     mattr = ""
-    if mcpu and flags is not None and _amx_runs_here(flags):
-        mattr = f" -mattr={','.join('+' + feature for feature in AMX_USED)}"
+    if mcpu and amx:
+        mattr = f" -mattr={','.join('+' + feature for feature in AMX_FEATURES)}"
     return (f"llvm{f' -mcpu={mcpu}' if mcpu else ''}{mattr} "
             f"-num-cores {int(num_cores or _physical_cores())}")
 
 
-def _amx_runs_here(flags: Iterable[str]) -> bool:
-    """The OS enables AMX int8 (``flags``) and this process holds the kernel's permission for
-    tile data, asked for now (nothing is asked where the flags lack AMX)."""
-    return amx_permission.request_tile_data(flags)
+def _host_flags(flags: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
+    """``flags``, or where None this host's (None off x86 or where the OS does not list them)."""
+    if flags is None:
+        return host_cpu_flags() if _host_is_x86() else None
+    return frozenset(flags)
 
 
 # --- checking a target ---------------------------------------------------------------------------
 
 
-def as_target(target: TargetLike) -> Target:
-    """``target`` as a Target (``"host"``: :func:`host_llvm_target`); a string TVM cannot parse
+def resolve_target(target: TargetOrHost) -> Target:
+    """``target`` as a Target, ``"host"`` resolved to :func:`host_llvm_target` (which asks the kernel
+    for AMX tile data); else :func:`meta_rules.rule_sets.as_target`: a string TVM cannot parse
     is a ValueError with TVM's reason."""
-    from meta_rules.rule_sets import as_target as parse  # pylint: disable=import-outside-toplevel
+    from meta_rules.rule_sets import as_target  # pylint: disable=import-outside-toplevel
 
     if is_host(target):
         return host_llvm_target()
-    return parse(target)
+    return as_target(target)
 
 
-def is_host(target: TargetLike) -> bool:
+def is_host(target: TargetOrHost) -> bool:
     """Whether ``target`` is the word ``host`` (any case, spaces around): this machine's target."""
     return isinstance(target, str) and target.strip().lower() == HOST
 
 
-def normalize_target(target: TargetLike) -> Target:
+def normalize_target(target: TargetOrHost) -> Target:
     """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
     gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
@@ -180,7 +193,7 @@ def normalize_target(target: TargetLike) -> Target:
     uses, and only where this process can run it (:func:`supported_amx`)."""
     if is_host(target):
         return host_llvm_target()
-    target = as_target(target)
+    target = resolve_target(target)
     if target.kind.name != "llvm":
         return target
     check_known_mcpu(target)
@@ -206,10 +219,10 @@ def check_known_mcpu(target: Target) -> None:
             "for this machine")
 
 
-def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) -> List[str]:
+def missing_features(target: TargetOrHost, flags: Optional[Iterable[str]] = None) -> List[str]:
     """The instruction-set features ``target``'s code may use that the OS of this machine does
     not enable, by LLVM name (empty when it can run here, or when the host's flags are unknown)."""
-    target = as_target(target)
+    target = resolve_target(target)
     if flags is None:
         flags = host_cpu_flags()
     if flags is None or target.kind.name != "llvm" or not _is_x86(target):
@@ -220,12 +233,12 @@ def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) 
     return sorted(f for f in wanted if f in LLVM_TO_CPUINFO and LLVM_TO_CPUINFO[f] not in flags)
 
 
-def check_runs_here(target: TargetLike, flags: Optional[Iterable[str]] = None) -> None:
+def check_runs_here(target: TargetOrHost, flags: Optional[Iterable[str]] = None) -> None:
     """Raise :class:`TargetNotRunnable` when code built for ``target`` cannot execute on this
     machine: an llvm target for another architecture, or one that uses instruction-set features
     the OS does not enable. Call it before measuring or running locally; a target that describes
     remote devices (RPC) is not this machine's business."""
-    target = as_target(target)
+    target = resolve_target(target)
     if target.kind.name != "llvm":
         raise TargetNotRunnable(f"target {target} is not a CPU target; this machine runs only llvm "
                                 "targets (measure others on their devices with --rpc)")
@@ -247,10 +260,9 @@ def is_generic_x86(target: Target) -> bool:
 
 # --- AMX: quantfuse's own AMX code only (docs/cpu.md, relay_ext/lowering/amx.py) ----------------
 
-# The AMX features quantfuse's code uses (meta_rules.amx_conv: int8 3x3 convs on tiles). The
-# others an -mcpu implies (amx-bf16, amx-fp16 ...) are dropped: nothing of ours uses them, and
-# TOPI's own AMX schedules, which TVM 0.19 picks by feature, crash or fail to build.
-AMX_USED = ("amx-tile", "amx-int8")
+# The AMX features quantfuse's code uses are meta_rules.amx_tiles.AMX_FEATURES (int8 3x3 convs
+# on tiles). The others an -mcpu implies (amx-bf16, amx-fp16 ...) are dropped: nothing of ours
+# uses them, and TOPI's own AMX schedules, which TVM 0.19 picks by feature, crash or fail to build.
 
 
 def amx_features(target) -> List[str]:
@@ -303,10 +315,10 @@ def without_amx(target: Target, quiet: bool = False, reason: str = CANNOT_RUN_AM
 
 
 def with_amx(target: Target) -> Target:
-    """``target`` plus ``-mattr=+amx-tile,+amx-int8`` (what :data:`AMX_USED` names)."""
+    """``target`` plus ``-mattr=+amx-tile,+amx-int8`` (what :data:`AMX_FEATURES` names)."""
     config = dict(target.export())
     mattr = [str(a) for a in config.get("mattr", []) if not str(a).lstrip("+-").startswith("amx")]
-    config["mattr"] = mattr + [f"+{feature}" for feature in AMX_USED]
+    config["mattr"] = mattr + [f"+{feature}" for feature in AMX_FEATURES]
     return Target(config, host=target.host)
 
 
@@ -314,23 +326,23 @@ def supported_amx(target: Target, can_run: Optional[bool] = None) -> Target:
     """``target`` with the AMX quantfuse uses, and no other: unchanged when it has no AMX
     feature; where this process can run AMX code (``can_run``, default: it asks the kernel for
     AMX tile data now, :mod:`relay_ext.lowering.amx_permission`) and the target has
-    both of :data:`AMX_USED`, the best non-AMX ``-mcpu`` plus ``-mattr=+amx-tile,+amx-int8`` (a
+    both of :data:`AMX_FEATURES`, the best non-AMX ``-mcpu`` plus ``-mattr=+amx-tile,+amx-int8`` (a
     warning names what was dropped, if anything); otherwise :func:`without_amx`."""
     amx = amx_features(target)
     if not amx:
         return target
     if can_run is None:
-        can_run = _amx_runs_here(host_cpu_flags() or ())
+        can_run = amx_permission.request_tile_data(host_cpu_flags() or ())
     if not can_run:
         return without_amx(target)
-    if not set(AMX_USED) <= set(amx):
+    if not set(AMX_FEATURES) <= set(amx):
         return without_amx(target, reason="quantfuse's AMX code needs both amx-tile and amx-int8")
     mapped = with_amx(without_amx(target, quiet=True))
-    dropped = sorted(set(amx) - set(AMX_USED))
+    dropped = sorted(set(amx) - set(AMX_FEATURES))
     if short_text(mapped) != short_text(target):
         logger.warning("compiling for '%s' instead of '%s': quantfuse uses AMX for int8 3x3 "
                        "convs (%s)%s; see docs/cpu.md", short_text(mapped), short_text(target),
-                       ", ".join(AMX_USED), f", not {', '.join(dropped)}" if dropped else "")
+                       ", ".join(AMX_FEATURES), f", not {', '.join(dropped)}" if dropped else "")
     return mapped
 
 

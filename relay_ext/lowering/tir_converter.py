@@ -42,7 +42,7 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
-from meta_rules.compute_inline_custom_rule import with_schedule_rule
+from meta_rules.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
 from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
 from meta_rules.layout_transform_rule import annotate_layout_transform
 
@@ -50,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 CONVERTER_NAME = "inline_constants"
 DEFAULT_CONVERTER_NAME = "default"
-SCHEDULE_RULE_KEY = "schedule_rule"
 COMPUTE_INLINE = "compute_inline"
 
 

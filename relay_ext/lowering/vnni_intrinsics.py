@@ -14,10 +14,10 @@ over 4 byte pairs ``a[k] (u8) * b[i, k] (s8)`` added to ``acc[i]``::
             C[i] += int32(A[k]) * int32(B[i, k])
 
 :func:`install` registers both again with byte-vector operands (only when LLVM is 22 or newer;
-older LLVMs take TVM's own). It is idempotent; :mod:`relay_ext.tuning` calls it on import and
-:func:`relay_ext.report.accuracy.build_untuned` before it builds. It also installs
-:mod:`relay_ext.lowering.vnni_conv_schedule` (TOPI's default int8 conv schedule for VNNI targets
-with independent accumulators), whatever the LLVM version.
+older LLVMs take TVM's own). It is idempotent and installs only that;
+:func:`relay_ext.lowering.x86_codegen.install` installs it with quantfuse's other x86 code
+generation changes (the VNNI conv schedule, the AMX layout), and :mod:`relay_ext.tuning` calls
+that on import.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import tvm
 from tvm import te
 from tvm.script import tir as T
 from tvm.tir import TensorIntrin
-
-from . import amx_layout, vnni_conv_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +104,6 @@ def topi_dot_16x1x16_cascadelake_byte_operands() -> te.TensorIntrin:
 def install() -> bool:
     """Register the byte-operand versions when LLVM needs them; True when they are in force."""
     global _installed  # pylint: disable=global-statement
-    vnni_conv_schedule.install()  # every build that may use VNNI comes through here
-    amx_layout.install()  # and every one that may use AMX: the layout it needs
     if _installed:
         return True
     if not llvm_takes_byte_operands():

@@ -18,7 +18,7 @@ from tvm.relay import dataflow_pattern as pattern
 
 from ..frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
 from ..frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
-from ..lowering import vnni_intrinsics
+from ..lowering import x86_codegen
 from ..tuning.build import copy_module, run_module
 
 logger = logging.getLogger(__name__)
@@ -62,10 +62,10 @@ def build_untuned(
     It builds a copy: QNN canonicalization writes the default ``rounding`` and ``compute_dtype``
     into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
     requantize.cc), which would change the structural hash of the caller's module.
-    TOPI's VNNI dot product is first registered for this wheel's LLVM
-    (:mod:`relay_ext.lowering.vnni_intrinsics`), else a VNNI ``-mcpu`` aborts the process.
+    quantfuse's x86 code generation is installed first (:mod:`relay_ext.lowering.x86_codegen`:
+    TOPI's VNNI dot product for this wheel's LLVM, else a VNNI ``-mcpu`` aborts the process).
     """
-    vnni_intrinsics.install()
+    x86_codegen.install()
     return relay.build(copy_module(mod), target=target, params=params)
 
 

@@ -14,17 +14,18 @@ from tvm import meta_schedule as ms
 from tvm.contrib import graph_executor
 from tvm.target import Target
 
-from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.rule_sets import check_variant
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering import cached_libinfo, vnni_intrinsics
+from ..lowering import cached_libinfo, x86_codegen
 from ..lowering.config import pass_config
-from ..lowering.targets import normalize_target
+from ..lowering.targets import TargetOrHost, normalize_target
 from .compilable_records import compilable_records
 
-# TVM's VNNI dot products, re-registered for the LLVM 22 this wheel links (else any int8 build for
-# a VNNI -mcpu aborts the process); before anything here extracts, tunes or builds.
-vnni_intrinsics.install()
+# TVM's VNNI dot products re-registered for the LLVM 22 this wheel links (else any int8 build for
+# a VNNI -mcpu aborts the process), our VNNI conv schedule and the AMX conv layout; before anything
+# here extracts, tunes or builds.
+x86_codegen.install()
 # Relay's TE compiler reads TVM's build settings once per process instead of once per dimension.
 cached_libinfo.install()
 
@@ -66,7 +67,7 @@ def compile_model(
     database: ms.Database,
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetLike,
+    target: TargetOrHost,
     variant: str = "ours",
 ) -> tvm.runtime.Module:
     """Build the Relay module with the tuned records of ``database`` (graph executor factory).

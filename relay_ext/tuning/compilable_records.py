@@ -23,7 +23,7 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-from meta_rules.amx_conv import register_intrinsics_of
+from meta_rules.amx_intrinsics import register_intrinsics_of
 from meta_rules.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat_rewrites
 from meta_rules.tvm_errors import tvm_error_message
 

@@ -17,13 +17,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import tvm
 from tvm import meta_schedule as ms
 
-from meta_rules.amx_conv import register_intrinsics_named_in
-from meta_rules.rule_sets import TargetLike, check_variant
-from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+from meta_rules.rule_sets import check_variant
+from meta_rules.tensor_intrinsics import register_database_intrinsics
 
 from ..lowering.amx import request_amx_tile_data_in_worker
 from ..lowering.config import build_candidate
-from ..lowering.targets import check_runs_here, normalize_target
+from ..lowering.targets import TargetOrHost, check_runs_here, normalize_target
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
 from .record_writes import RecordWriteCheck
@@ -60,7 +59,7 @@ def make_runner(runner: RunnerLike) -> ms.runner.Runner:
 def tune(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetLike,
+    target: TargetOrHost,
     work_dir: Union[str, os.PathLike],
     max_trials: Optional[int] = None,
     variant: str = "ours",
@@ -139,8 +138,7 @@ def tune(
     work_dir.mkdir(parents=True, exist_ok=True)
     # A record of a tensorized candidate names its TensorIntrin, and loading the database replays
     # every record: an intrinsic not registered yet fails the load.
-    register_tensor_intrinsics(target)
-    register_intrinsics_named_in(work_dir)  # AMXConv's, one per conv shape
+    register_database_intrinsics(target, work_dir)
     # A tune killed mid-write (kill -9, power loss) leaves a torn last line that TVM's loader
     # rejects: cut it back first, as the CLI does (a no-op on whole files).
     repaired = repair_database(work_dir)

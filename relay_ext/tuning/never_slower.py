@@ -33,6 +33,8 @@ from tvm import meta_schedule as ms
 from tvm import relay
 from tvm.target import Target
 
+from meta_rules.tvm_errors import tvm_error_message
+
 from ..lowering.config import BUILD_OPTIONS, pass_config
 from .skip_measured_search import workload_hash
 
@@ -201,7 +203,7 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
         except Exception as error:  # pylint: disable=broad-except - the record is kept
             logger.warning("could not time %s against TVM's default schedule (%s); keeping its "
                            "record", task.task_name,
-                           (str(error).strip().splitlines() or [type(error).__name__])[-1][:200])
+                           tvm_error_message(error, limit=200))
             continue
         comparisons.append(comparison)
         logger.info("%s", comparison)

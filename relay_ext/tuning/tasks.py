@@ -26,10 +26,10 @@ from meta_rules.resilient_space_generator import (
     GenerationOutcome,
     ResilientPostOrderApply,
 )
-from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.rule_sets import check_variant
 
 from ..lowering.config import pass_config
-from ..lowering.targets import normalize_target
+from ..lowering.targets import TargetOrHost, normalize_target
 from .build import copy_module
 from .search_sizing import default_search
 from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
@@ -55,7 +55,7 @@ def search_strategy(strategy: StrategyLike) -> ms.search_strategy.SearchStrategy
 def extract_tasks(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetLike,
+    target: TargetOrHost,
     variant: str = "ours",
 ) -> List[ms.ExtractedTask]:
     """The tuning tasks of a Relay module, lowered with ``variant``'s converter.

@@ -260,8 +260,7 @@ def open_tuned_database(work_dir: PathLike):
     registered first: those of the target in the work dir's run file, else all of TVM's."""
     from tvm import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
-    from meta_rules.amx_conv import register_intrinsics_named_in  # pylint: disable=import-outside-toplevel
-    from meta_rules.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=import-outside-toplevel
+    from meta_rules.tensor_intrinsics import register_database_intrinsics  # pylint: disable=import-outside-toplevel
 
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
@@ -272,8 +271,7 @@ def open_tuned_database(work_dir: PathLike):
         raise WorkDirError(f"work dir {str(work_dir)!r} has no tuning database ({RECORD_FILE}); "
                            "run 'quantfuse tune --work-dir ...' first")
     run = recorded_run(work_dir)
-    register_tensor_intrinsics(run.get("target") if run else None)
-    register_intrinsics_named_in(work_dir)  # AMXConv's, one per conv shape
+    register_database_intrinsics(run.get("target") if run else None, work_dir)
     if snapshot is None:
         return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     logger.warning("work dir %s is being tuned (%s); using the %d records it holds now",

@@ -1,0 +1,250 @@
+"""The AMX conv tensor intrinsics: one block's whole 3x3 reduction, accumulators in tile registers.
+
+:class:`~meta_rules.amx_conv.AMXConv` tensorizes a block of ``MH`` output rows x ``R`` pixels x 32
+output channels of TOPI's int8 ``conv2d_NCHWc_int8`` (data ``NCHW64c``, weights
+``OIHW16i16o4i``, the module doc of :mod:`meta_rules.amx_conv`) with one intrinsic per block
+shape, named (the name is stored in tuning records: it never changes)::
+
+    quantfuse_amx_conv3x3[s<stride>]_m<MH>_r<R>_k<64-channel blocks>
+
+Its description is that block's computation; its implementation (``R`` rows per tile, ``2 * MH``
+accumulator tiles 0-3, ``MH`` data tiles 4-5, two weight tiles 6-7)::
+
+    sttilecfg(current); if current != the configuration: ldtilecfg(config)
+    tileloadd64 each accumulator tile from C
+    for kh, kw, kb in T.grid(3, 3, K):
+        tileloadd64 MH data tiles (rows ``stride * 64`` bytes apart), 2 weight tiles
+        tdpbusd x (2 * MH)
+    tilestored64 each accumulator tile to C
+
+Both are built with TVM's TIR IR builder (:mod:`tvm.script.ir_builder.tir`, what TVMScript's
+parser calls), so the tile numbers are the literal constants LLVM requires and the loops of
+extent 1 that blockize binds outside the block (one row block, one 64-channel block) are left
+out per shape. The configuration is loaded only where the thread's current one differs:
+``ldtilecfg`` costs ~80 ns (13 ``tdpbusd``) on the hosts measured, ``sttilecfg`` and a compare
+~10. There is no ``tilerelease``: it would undo the configuration the next block reuses; code
+that uses AMX after this in the same thread configures its tiles itself, as it must anyway.
+
+Intrinsics are registered with TVM on first use (:func:`register_intrinsic`) and, for a tuning
+record made in another process, by the name it stores (:func:`register_intrinsic_by_name`,
+:func:`register_intrinsics_of`, :func:`register_intrinsics_named_in`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from pathlib import Path
+from typing import List, Optional, Union
+
+from tvm import tir
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tir as T
+
+from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_words, tile_config
+
+STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
+# the names AMXConvShape.intrinsic makes: stride (absent: 1), row block, rows per tile, 64-channel blocks
+_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+ACCUMULATOR_TILE, DATA_TILE, WEIGHT_TILE = 0, 4, 6  # first tile of each kind
+
+
+@dataclasses.dataclass(frozen=True)
+class AMXConvShape:
+    """What the rule and the intrinsic need to know of an eligible conv block."""
+
+    oc_chunks: int  # output channels / 16
+    ic_blocks: int  # input channels / 64
+    height: int  # output rows
+    width: int  # output columns
+    rows: int  # R: output pixels per tile (a divisor of width, at most 16)
+    row_block: int  # MH: output rows per block (2 where height is even, else 1)
+    stride: int = 1  # the same in both directions
+
+    @property
+    def intrinsic(self) -> str:
+        stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
+        return f"quantfuse_amx_conv3x3{stride}_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
+
+
+def _tile_rows(shape: AMXConvShape) -> dict:
+    """tile -> rows for ``shape``'s block: accumulators and data R rows, weights 16."""
+    rows = {}
+    for m in range(shape.row_block):
+        for n in range(OC_TILES):
+            rows[ACCUMULATOR_TILE + m * OC_TILES + n] = shape.rows
+        rows[DATA_TILE + m] = shape.rows
+    for n in range(OC_TILES):
+        rows[WEIGHT_TILE + n] = TILE_ROWS
+    return rows
+
+
+class _Buffers:
+    """The intrinsic's three buffers, matched with free strides (C's rows are 16 int32 apart)."""
+
+    def __init__(self, shape: AMXConvShape) -> None:
+        mh, r, kb, s = shape.row_block, shape.rows, shape.ic_blocks, shape.stride
+        self.a_rows, self.a_cols = s * (mh - 1) + 3, s * (r - 1) + 3  # the data a block reads
+        a, b, c = (T.arg(name, T.handle()) for name in ("a", "b", "c"))
+        self.sa = [T.int32() for _ in range(4)]
+        sb = [T.int32() for _ in range(4)]
+        sc = [T.int32() for _ in range(3)]
+        self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, 64), "uint8",
+                                offset_factor=1, strides=[*self.sa, 1])
+        self.B = T.match_buffer(b, (2, kb, 3, 3, 16, 16, 4), "int8", offset_factor=1,
+                                strides=[*sb, 64, 4, 1])
+        self.C = T.match_buffer(c, (1, 2, mh, r, 16), "int32", offset_factor=1,
+                                strides=[*sc, 16, 1])
+        self.mh, self.r, self.kb, self.s = mh, r, kb, s
+
+    def root(self) -> None:
+        """The root block's reads and writes (call inside it)."""
+        mh, r, kb = self.mh, self.r, self.kb
+        T.reads(self.C[0, 0:2, 0:mh, 0:r, 0:16],
+                self.A[0, 0:kb, 0:self.a_rows, 0:self.a_cols, 0:64],
+                self.B[0:2, 0:kb, 0:3, 0:3, 0:16, 0:16, 0:4])
+        T.writes(self.C[0, 0:2, 0:mh, 0:r, 0:16])
+
+
+def _prim_func(shape: AMXConvShape, body) -> tir.PrimFunc:
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name("func")
+            T.func_ret(None)
+            buffers = _Buffers(shape)
+            with T.block("root"):
+                buffers.root()
+                body(buffers)
+    return builder.get()
+
+
+def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
+    """What one block computes: ``C += A * B`` over the block's 3x3 taps and 64-channel blocks."""
+    def body(buf: _Buffers) -> None:
+        loops = ([("oh", buf.mh)] if buf.mh > 1 else []) + [
+            ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", 3), ("kw", 3),
+            ("ico", buf.kb), ("icf", 16), ("ics", 4)]
+        with T.grid(*(extent for _, extent in loops)) as loop_vars:
+            loop = dict(zip((name for name, _ in loops), loop_vars))
+            # blockize binds a unit row-block or channel-block loop outside the block
+            bound = [name for name in ("occ", "oh", "ow", "ocb", "kh", "kw", "ico", "icf", "ics")
+                     if name in loop and (name != "ico" or buf.kb > 1)]
+            kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
+            with T.block("update"):
+                v = dict(zip(bound, T.axis.remap(kinds, [loop[name] for name in bound])))
+                oh, ico, s = v.get("oh", 0), v.get("ico", 0), buf.s
+                out = [0, v["occ"], oh, v["ow"], v["ocb"]]
+                product = (T.Cast("int32", buf.A[0, ico, oh * s + v["kh"], v["ow"] * s + v["kw"],
+                                                 v["icf"] * 4 + v["ics"]])
+                           * T.Cast("int32", buf.B[v["occ"], ico, v["kh"], v["kw"], v["icf"],
+                                                   v["ocb"], v["ics"]]))
+                T.buffer_store(buf.C, buf.C[tuple(out)] + product, out)
+
+    return _prim_func(shape, body)
+
+
+def _call(name: str, *args) -> None:
+    """Emit a call of the LLVM x86 AMX intrinsic ``name`` (T.uint32(0): no overloaded argument
+    types)."""
+    T.evaluate(T.call_llvm_intrin("int32", f"llvm.x86.{name}", T.uint32(0), *args))
+
+
+def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
+    """The tile instructions for one block (see the module doc)."""
+    config = tile_config(_tile_rows(shape))
+    words = config_words(config)  # int32: TVM narrows 64-bit constants while it tensorizes
+    accumulators = [(m, n) for m in range(shape.row_block) for n in range(OC_TILES)]
+    c_stride = 16 * 4  # a C tile row: 16 int32 (C's strides end in 16, 1)
+
+    def body(buf: _Buffers) -> None:
+        with T.decl_buffer((16,), "int32", scope="local") as current:
+            _call("sttilecfg", T.address_of(current[0]))
+            differs = functools.reduce(tir.Or, [tir.NE(current[i], tir.IntImm("int32", word))
+                                                for i, word in enumerate(words)])
+            with T.If(differs):
+                with T.Then():
+                    with T.decl_buffer((64,), "uint8", scope="local") as loaded:
+                        for i, value in enumerate(config):
+                            T.buffer_store(loaded, T.uint8(value), [i])
+                        _call("ldtilecfg", T.address_of(loaded[0]))
+            for m, n in accumulators:
+                _call("tileloadd64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
+                      T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
+            with T.grid(3, 3, buf.kb) as (kh, kw, kb):
+                for m in range(buf.mh):
+                    _call("tileloadd64", T.uint8(DATA_TILE + m),
+                          T.address_of(buf.A[0, kb, kh + buf.s * m, kw, 0]),
+                          T.Cast("int64", buf.sa[3] * buf.s))
+                for n in range(OC_TILES):
+                    _call("tileloadd64", T.uint8(WEIGHT_TILE + n),
+                          T.address_of(buf.B[n, kb, kh, kw, 0, 0, 0]), T.int64(TILE_BYTES))
+                for m, n in accumulators:
+                    _call("tdpbusd", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
+                          T.uint8(DATA_TILE + m), T.uint8(WEIGHT_TILE + n))
+            for m, n in accumulators:
+                _call("tilestored64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
+                      T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
+
+    return _prim_func(shape, body)
+
+
+def register_intrinsic(shape: AMXConvShape) -> str:
+    """Register with TVM, unless it has it already, the tensor intrinsic of ``shape``'s block;
+    its name."""
+    name = shape.intrinsic
+    if tir.TensorIntrin.get(name, allow_missing=True) is None:
+        tir.TensorIntrin.register(name, intrinsic_description(shape),
+                                  intrinsic_implementation(shape))
+    return name
+
+
+def shape_of_intrinsic(name: str) -> Optional[AMXConvShape]:
+    """The block shape an intrinsic name stands for (``quantfuse_amx_conv3x3_m2_r14_k1``); None
+    when ``name`` is not one of ours."""
+    match = _INTRINSIC_NAME.fullmatch(name)
+    if match is None:
+        return None
+    stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
+    if stride not in STRIDES:
+        return None
+    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride)
+
+
+def register_intrinsic_by_name(name: str) -> bool:
+    """Register the intrinsic a tuning record names, so that the record's trace replays in a
+    fresh process; False when ``name`` is not one of ours."""
+    shape = shape_of_intrinsic(name)
+    if shape is None:
+        return False
+    register_intrinsic(shape)
+    return True
+
+
+def register_intrinsics_named_in(work_dir: Union[str, os.PathLike]) -> List[str]:
+    """Register the AMX intrinsics that the records of a tuning database (the JSON files in
+    ``work_dir``) name: TVM replays every record's trace while it loads the database, and a
+    trace that names an intrinsic not registered fails the whole load. The names registered."""
+    names = set()
+    for path in Path(work_dir).glob("*.json"):
+        try:
+            names.update(match.group(0) for match in
+                         _INTRINSIC_NAME.finditer(path.read_text(errors="replace")))
+        except OSError:
+            continue
+    for name in sorted(names):
+        register_intrinsic_by_name(name)
+    return sorted(names)
+
+
+def register_intrinsics_of(trace: tir.schedule.Trace) -> List[str]:
+    """Register the AMX intrinsics a trace's ``tensorize`` instructions name (a record tuned in
+    another process replays only once they exist); the names registered."""
+    names = []
+    for inst in trace.insts:
+        if inst.kind.name == "Tensorize" and inst.attrs and \
+                register_intrinsic_by_name(str(inst.attrs[0])):
+            names.append(str(inst.attrs[0]))
+    return names
+

@@ -1,0 +1,25 @@
+"""Everything quantfuse changes in TVM's x86 code generation, installed in one explicit call.
+
+    from relay_ext.lowering import x86_codegen
+    x86_codegen.install()   # idempotent; relay_ext.tuning.build calls it on import
+
+* :mod:`.vnni_intrinsics` -- TVM's VNNI dot products re-registered with byte operands for the
+  LLVM 22 this wheel links (else any int8 build for a VNNI ``-mcpu`` aborts the process);
+* :mod:`.vnni_conv_schedule` -- TOPI's default VNNI int8 conv with independent accumulators;
+* :mod:`.amx_layout` -- the 64-channel conv layout the AMX rule needs, where the target has AMX
+  (and TOPI's own AMX dense/batch_matmul kept out).
+
+Each of those modules only installs itself; this is the one place that installs them all.
+"""
+
+from __future__ import annotations
+
+from . import amx_layout, vnni_conv_schedule, vnni_intrinsics
+
+
+def install() -> bool:
+    """Install the three (idempotent); True when the VNNI byte-operand intrinsics are in force
+    (LLVM 22 or newer, :func:`.vnni_intrinsics.install`)."""
+    vnni_conv_schedule.install()  # every build that may use VNNI comes through here
+    amx_layout.install()  # and every one that may use AMX: the layout it needs
+    return vnni_intrinsics.install()
