@@ -79,6 +79,9 @@ def test_bench_json_is_one_object_and_never_slower_than_the_default(tiny_tuned, 
     names = [row["configuration"] for row in result["rows"]]
     assert names[:3] == ["TVM tuned (ours)", "TVM untuned", "PyTorch int8"], names
     for row in result["rows"]:
+        if row["median_ms"] is None:  # a peer that could not run here says why
+            assert row["reason"], row
+            continue
         assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"], row
     assert 0 <= result["max_steps"] <= MAX_STEPS
     summary = json.loads((work_dir / SUMMARY_FILE).read_text())
