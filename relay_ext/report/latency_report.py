@@ -66,7 +66,7 @@ def report_markdown(result: BenchResult) -> str:
     if ONNX_RUNTIME in result.timings and ONNX_RUNTIME not in result.runtime_steps:
         lines += ["", "ONNX Runtime runs an export of the same float network quantized by ONNX "
                   "Runtime's own `quantize_static`: another quantization, so its outputs are not "
-                  "compared with TVM's in steps (OpenVINO, which reads the same file, is compared "
+                  "compared in steps with TVM's (OpenVINO, which reads the same file, is compared "
                   "with ONNX Runtime running it as written)."]
     lines += ["", "Ratios are median / median: above 1 is slower than the column's reference.", "",
               f"![latency]({CHART_FILE})", ""]
