@@ -42,16 +42,11 @@ from relay_ext import models
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.targets import host_llvm_target, normalize_target
 from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
-from relay_ext.report.latency import (
-    PYTORCH,
-    UNTUNED,
-    interleaved_rounds,
-    torch_timer,
-    TVMThread,
-)
+from relay_ext.report.latency import PYTORCH, UNTUNED
 from relay_ext.report.tables import machine_description
 from relay_ext.tuning import compile_model, extract_tasks, tune
 from relay_ext.tuning.progress import valid_run_secs
+from relay_ext.tuning.timing import TVMThread, interleaved_rounds, torch_timer
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_latency.json"
 
 

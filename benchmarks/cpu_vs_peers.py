@@ -1,14 +1,16 @@
-"""Tuned int8 on this CPU against its peers (issue 18): TVM tuned, TVM untuned, PyTorch int8 and
-ONNX Runtime int8, after a tune of a given wall time.
+"""Tuned int8 on this CPU against its peers (issues 18 and 28): TVM tuned, TVM untuned, PyTorch
+int8, ONNX Runtime int8, OpenVINO int8 and PyTorch Inductor int8, after a tune of a given wall time.
 
     python -m benchmarks.cpu_vs_peers [--models resnet18,resnet50,mobilenet_v2] [--minutes 15]
-        [--image-size 224] [--threads 2] [--target host] [--repeats 7]
+        [--trials N] [--image-size 224] [--threads 2] [--target host] [--repeats 7]
         [--number 5] [--work-root /tmp/quantfuse-cpu-vs-peers]
 
 Per model, as a user would: ``quantfuse tune --target host --minutes M`` (the CLI's default
-search; the wall time it really took is reported), then ``quantfuse bench --json`` times the four
-configurations in interleaved rounds on the same input with ``--threads`` threads each; TVM tuned
-is compiled under bench's never-slower rule (docs/cpu.md).
+search; the wall time it really took is reported; ``--trials N`` also caps the trials, for a smoke
+run), then ``quantfuse bench --json`` times the configurations in interleaved rounds on the same
+input with ``--threads`` threads each (OpenVINO and Inductor compiled once before, docs/bench.md;
+a peer that cannot run is listed with its reason); TVM tuned is compiled under bench's
+never-slower rule (docs/cpu.md). The table's last column is each row against the fastest peer.
 
 A rerun with the same --work-root resumes each model's tune. Each result is kept in
 ``benchmarks/results/cpu_vs_peers.json`` under its host class (from the CPU flags the OS enables:
@@ -37,7 +39,8 @@ from relay_ext.lowering.targets import host_cpu_flags
 from relay_ext.report.tables import machine_description
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_vs_peers.json"
-ROWS = ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8")
+ROWS = ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
+        "PyTorch Inductor int8")
 
 
 def host_class(flags: Optional[frozenset] = None) -> str:
@@ -69,13 +72,15 @@ def run_cli(argv: List[str]) -> str:
     return out.getvalue()
 
 
-def tune_for(model_args: List[str], work_dir: Path, minutes: float, seed: int) -> Dict:
-    """``quantfuse tune --minutes`` on ``work_dir`` (it resumes from the records there), with the
-    CLI's default search; the wall time it took and the records it left."""
+def tune_for(model_args: List[str], work_dir: Path, minutes: float, seed: int,
+             trials: Optional[int] = None) -> Dict:
+    """``quantfuse tune --minutes`` (and ``--trials`` when given) on ``work_dir`` (it resumes from
+    the records there), with the CLI's default search; the wall time it took and the records it
+    left."""
     start = time.perf_counter()
     resumed_from = len_records(work_dir)
     run_cli(["tune", *model_args, "--work-dir", str(work_dir), "--minutes", f"{minutes:g}",
-             "--seed", str(seed)])
+             "--seed", str(seed), *(["--trials", str(trials)] if trials else [])])
     return {"tuning_s": round(time.perf_counter() - start, 1), "records": len_records(work_dir),
             "resumed_from": resumed_from}
 
@@ -92,7 +97,7 @@ def bench_model(name: str, args) -> Dict:
     work_dir = Path(args.work_root) / host_class() / f"{name}_{args.image_size}"
     work_dir.mkdir(parents=True, exist_ok=True)
     print(f"{name}: tuning {args.minutes} min in {work_dir}", flush=True)
-    tuning = tune_for(model_args, work_dir, args.minutes, args.seed)
+    tuning = tune_for(model_args, work_dir, args.minutes, args.seed, args.trials)
     out = run_cli(["bench", *model_args, "--work-dir", str(work_dir), "--repeats",
                    str(args.repeats), "--number", str(args.number), "--threads",
                    str(args.threads), "--json"])
@@ -108,14 +113,27 @@ def bench_model(name: str, args) -> Dict:
 def model_table(result: Dict) -> str:
     rows = {row["configuration"]: row for row in result["rows"]}
     torch_ms = rows.get("PyTorch int8", {}).get("median_ms")
+    fastest = result.get("fastest_peer") or {}
+    # the fastest runtime beside TVM (results from before issue 28 have no fastest_peer)
+    peer_ms = [row["median_ms"] for row in result["rows"]
+               if row.get("median_ms") is not None and not row["configuration"].startswith("TVM")]
+    best_ms = min(peer_ms) if peer_ms else None
     table = []
-    for label in ROWS:
+    for label in [*ROWS, *[label for label in rows if label not in ROWS]]:
         if label not in rows:
             continue
         row = rows[label]
-        table.append([label, f"{row['median_ms']:.3f}",
+        if row.get("median_ms") is None:  # a peer that did not run
+            table.append([label, row.get("version") or "-", "not run: " + (row.get("reason") or "?"),
+                          "", "", ""])
+            continue
+        table.append([label, row.get("version") or "-", f"{row['median_ms']:.3f}",
                       f"{row['min_ms']:.3f} - {row['max_ms']:.3f}",
-                      f"{row['median_ms'] / torch_ms:.2f}x" if torch_ms else "-"])
+                      f"{row['median_ms'] / torch_ms:.2f}x" if torch_ms else "-",
+                      f"{row['median_ms'] / best_ms:.2f}x" if best_ms else "-"])
+    peers = result.get("peers") or []
+    checks = "; ".join(f"{p['label']} vs {p['reference']}: max {p['max_steps']:.2f} steps"
+                       for p in peers if p.get("reason") is None)
     defaults = result.get("tasks_vs_default") or []
     used = [t for t in defaults if t["uses_default"]]
     tuning = result["tuning"]
@@ -129,11 +147,15 @@ def model_table(result: Dict) -> str:
         + f"; {result['threads']} threads for every runtime; median of {result['repeats']} "
         f"interleaved rounds x {result['number']} runs; load average before timing "
         f"{'?' if result['load_average'] is None else round(result['load_average'], 2)}. "
-        f"TVM tuned vs {result['reference']}: max {result['max_steps']:.2f} output steps. "
-        f"Never-slower rule: {len(used)} of {len(defaults)} tuned tasks compiled with TVM's "
+        f"TVM tuned vs {result['reference']}: max {result['max_steps']:.2f} output steps"
+        + (f"; {checks}" if checks else "") + ". "
+        + (f"Fastest peer: {fastest['configuration']}, TVM tuned "
+           f"{fastest['tvm_tuned_ratio']:.2f}x its time. " if fastest else "")
+        + f"Never-slower rule: {len(used)} of {len(defaults)} tuned tasks compiled with TVM's "
         f"default schedule. Measured {result['measured']} (commit {result['commit']}), "
         f"command `{result['command']}`.\n\n"
-        + markdown_table(["configuration", "median ms", "min - max ms", "/ PyTorch int8"], table)
+        + markdown_table(["configuration", "version", "median ms", "min - max ms", "/ PyTorch int8",
+                          "/ fastest peer"], table)
         + ("\n\n**" + result["busy_warning"] + "**" if result.get("busy_warning") else "")
         + "\n"
     )
@@ -144,11 +166,12 @@ def render(stored: Dict[str, Dict]) -> None:
         mine = {k: r for k, r in stored.items() if r["host_class"] == klass}
         smoke = all(r["model"] == "tiny_resnet" for r in mine.values())
         write_results_section(
-            f"cpu_vs_peers_{klass}", f"TVM tuned vs PyTorch and ONNX Runtime int8: "
-            f"{CLASS_TITLES.get(klass, klass)} hosts",
-            "Written by `benchmarks/cpu_vs_peers.py` (issue 18): `quantfuse tune --target host` "
-            "for a wall time, then `quantfuse bench --json`, per model. The goal is TVM tuned "
-            "at or below 1.0x PyTorch int8."
+            f"cpu_vs_peers_{klass}", f"TVM tuned vs PyTorch, ONNX Runtime, OpenVINO and "
+            f"Inductor int8: {CLASS_TITLES.get(klass, klass)} hosts",
+            "Written by `benchmarks/cpu_vs_peers.py` (issues 18 and 28): `quantfuse tune --target "
+            "host` for a wall time, then `quantfuse bench --json`, per model. The goal is TVM "
+            "tuned at or below 1.0x the fastest peer. Results measured before issue 28 have no "
+            "OpenVINO or Inductor row."
             + (" Only a smoke run of the script so far (tiny_resnet, a minute of tuning): it "
                "shows that the script works, not how fast anything is." if smoke else ""),
             mine, model_table)
@@ -160,6 +183,8 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--minutes", type=float, default=15.0,
                         help="tuning wall time per model (default 15)")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="also cap the tune at this many trials (a smoke run)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", default="host")
     parser.add_argument("--repeats", type=int, default=7)

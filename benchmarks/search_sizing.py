@@ -39,7 +39,7 @@ from benchmarks.markdown_report import (
 )
 from relay_ext import models
 from relay_ext.lowering.targets import normalize_target
-from relay_ext.report.latency import tvm_timer, with_tvm_threads
+from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
 from relay_ext.tuning import compile_model, tune
 from relay_ext.tuning.progress import ProgressSnapshot
 from relay_ext.tuning.search_sizing import SETTINGS, evolutionary_search

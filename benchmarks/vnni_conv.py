@@ -42,7 +42,7 @@ from relay_ext import models
 from relay_ext.lowering import targets, vnni_conv_schedule, x86_codegen
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.tuning.build import copy_module
-from relay_ext.report.latency import TVMThread, interleaved_rounds, load_average
+from relay_ext.tuning.timing import TVMThread, interleaved_rounds, load_average
 
 RESULTS = Path(__file__).resolve().parent / "results" / "vnni_conv.json"
 AVX512, BEFORE, AFTER = "AVX-512", "VNNI before", "VNNI after"

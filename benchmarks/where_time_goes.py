@@ -47,7 +47,7 @@ from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantiz
                                                    seeded_float_model)
 from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
 from relay_ext.lowering.vnni_conv_schedule import vpdpbusd_accumulators
-from relay_ext.report.latency import tvm_timer, with_tvm_threads
+from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import compile_never_slower, has_record, time_task
 from relay_ext.tuning.tasks import lowered_tasks

@@ -57,9 +57,11 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     assert re.search(rf"{trials} records in .*tasks have a valid measurement", out), out
 
     # --keep-slower-records: the never-slower rule's second build of each task is tested in
-    # test_cli_bench.py and test_never_slower.py, not needed here
+    # test_cli_bench.py and test_never_slower.py, not needed here; --no-peers: OpenVINO and
+    # Inductor (a compile of the model) are tested in test_bench_peers.py
     assert cli.main(["bench", *model_args, "--work-dir", str(work_dir), "--repeats", "2",
-                     "--number", "2", "--threads", "1", "--keep-slower-records"]) == 0
+                     "--number", "2", "--threads", "1", "--keep-slower-records",
+                     "--no-peers"]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^{reference}\s+[\d.]+", out, re.M), out  # the reference's own row
     compared_with = compared_with or reference

@@ -168,15 +168,17 @@ def onnx_export_for_bench(model: str, image_size: int, work_dir: Path, note_to=N
 
 def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repeats: int = 10,
           number: int = 10, threads=None, onnx_model=None, as_json: bool = False,
-          never_slower: bool = True):
+          never_slower: bool = True, peers: bool = True, builtin_model=None):
     """Measure, print the table (``as_json``: one JSON object on stdout, and nothing else there),
-    write report.md and the chart; returns the BenchResult."""
+    write report.md and the chart; returns the BenchResult. ``peers``: time OpenVINO and PyTorch
+    Inductor too; ``builtin_model``: the built-in model's name (its PT2E program for Inductor)."""
     from relay_ext.report.latency import measure_latency
     from relay_ext.report.latency_report import write_report
     from relay_ext.report.tables import text_table
 
     result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
-                             threads=threads, onnx_model=onnx_model, never_slower=never_slower)
+                             threads=threads, onnx_model=onnx_model, never_slower=never_slower,
+                             peers=peers, builtin_model=builtin_model)
     if as_json:  # issue 18 item 5
         paths = write_report(result, work_dir)
         print(json.dumps(result.to_dict(), indent=2))
@@ -187,12 +189,12 @@ def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repea
     print(f"TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization "
           f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
           f"untuned: {result.untuned_max_steps:.2f}")
-    for line in result.runtime_lines():
-        print(line)
-    for line in result.default_lines():
+    for line in result.runtime_lines() + result.peer_lines() + result.default_lines():
         print(line)
     print()
     print(text_table(result.header, result.rows()))
+    if result.summary_line():
+        print(f"\n{result.summary_line()}")
     if result.busy_warning:
         print(f"\n{result.busy_warning}")
     paths = write_report(result, work_dir)
@@ -222,5 +224,6 @@ def cmd_bench(args) -> int:
                   if built_in else None)
     bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
           args.threads, onnx_model, as_json=args.json,
-          never_slower=not args.keep_slower_records)
+          never_slower=not args.keep_slower_records, peers=not args.no_peers,
+          builtin_model=args.model if built_in else None)
     return 0

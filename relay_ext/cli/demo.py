@@ -56,7 +56,7 @@ def cmd_demo(args) -> int:
          "Runtime")
     onnx_model = onnx_export_for_bench(MODEL, args.image_size, work_dir)
     result = bench(loaded, database, work_dir, llvm, "ours", repeats=10, number=10,
-                   onnx_model=onnx_model)
+                   onnx_model=onnx_model, builtin_model=MODEL)
     ok = round(result.max_steps, 3) <= 3  # whole steps apart, up to float rounding
     step(f"done: TVM tuned is {result.max_steps:.2f} quantization steps from PyTorch "
          f"({'OK' if ok else 'MORE THAN 3'}); report in {work_dir}")

@@ -13,7 +13,7 @@ the command line of quantfuse:
     quantfuse tune --model resnet18 --target 'llvm -mcpu=core-avx2' --trials 200 --work-dir w
     quantfuse tune ... --minutes 15      # a wall-clock budget, alone or with --trials
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
-    quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch, ONNX Runtime
+    quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch/ORT/OpenVINO/Inductor
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
 
 --model takes a built-in name, a TorchScript file (then --input-shape 1,3,224,224) or a
@@ -76,14 +76,16 @@ COMMANDS = {
              "exits 0; run the same command again to tune M more minutes. A task whose design "
              "space is exhausted ends early and leaves its trials to the others. A half-written last line (a killed run) is set aside in "
              "<file>.broken-<time> with a warning."),
-    "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime int8",
+    "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime / OpenVINO / Inductor int8",
               "Compile the model with the work dir's tuned database, check its output against "
               "its reference runtime (PyTorch for TorchScript, ONNX Runtime for ONNX; in output "
               "quantization steps), time TVM (time_evaluator), TVM's untuned default build and "
               "the reference (for a built-in model PyTorch and an ONNX Runtime export of it) "
-              "in interleaved rounds on the same input with "
-              "the same thread count; print a table with ratios and write report.md and "
-              "latency.png into the work dir."),
+              "and the peers (OpenVINO on the same ONNX file, PyTorch Inductor on a PT2E "
+              "program; each compiled once, its output checked, or one line saying why it "
+              "did not run) in interleaved rounds on the same input with "
+              "the same thread count; print a table with ratios and the fastest peer, and write "
+              "report.md and latency.png into the work dir."),
     "demo": ("the whole job on tiny_resnet, in a few minutes",
              "On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all variants), a "
              "short tune on this machine's host target, compile, accuracy check against PyTorch "
@@ -162,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "than TVM's default schedule of the task (default: such a task is "
                             "timed both ways here and compiled with the default; skipping that "
                             "saves a second build of each tuned task)")
+    bench.add_argument("--no-peers", action="store_true",
+                       help="skip the OpenVINO and PyTorch Inductor rows (each is compiled once "
+                            "before timing; Inductor's compile of ResNet-18 took 42 s here)")
     bench.add_argument("--json", action="store_true",
                        help="print the result as one JSON object on stdout (model, target, "
                             "threads, host_flags, rows with median/min/max ms, max_steps ...)")

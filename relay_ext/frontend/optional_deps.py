@@ -1,5 +1,6 @@
-"""The optional packages of the ONNX path (``pip install 'quantfuse[onnx]'``) and of the PT2E path
-(``pip install 'quantfuse[pt2e]'``), imported on demand.
+"""The optional packages of the ONNX path (``pip install 'quantfuse[onnx]'``), of the PT2E path
+(``pip install 'quantfuse[pt2e]'``) and of bench's peer runtimes (``pip install 'quantfuse[peers]'``:
+OpenVINO), imported on demand.
 
 ``onnx``, ``onnxruntime`` and ``torchao`` are not dependencies of quantfuse itself: a TorchScript
 user needs none of them. Every ONNX function imports them through :func:`require_onnx` /
@@ -21,6 +22,9 @@ INSTALL_HINT = f"pip install 'quantfuse[onnx]' (onnx=={ONNX_VERSION}, onnxruntim
 # The version pyproject.toml's "pt2e" extra pins.
 TORCHAO_VERSION = "0.18.0"
 PT2E_INSTALL_HINT = f"pip install 'quantfuse[pt2e]' (torchao=={TORCHAO_VERSION})"
+# The version pyproject.toml's "peers" extra pins.
+OPENVINO_VERSION = "2026.4.1"
+PEERS_INSTALL_HINT = f"pip install 'quantfuse[peers]' (openvino=={OPENVINO_VERSION})"
 
 
 class MissingDependency(ImportError, ValueError):
@@ -77,6 +81,14 @@ def require_torchao() -> ModuleType:
     finally:
         for quieted, level in zip(quiet, levels):
             quieted.setLevel(level)
+
+
+def require_openvino() -> ModuleType:
+    """The ``openvino`` module (bench's OpenVINO row), or :class:`MissingDependency`."""
+    try:
+        return importlib.import_module("openvino")
+    except ImportError as error:
+        raise MissingDependency(f"the OpenVINO row needs the openvino package: {PEERS_INSTALL_HINT}") from error
 
 
 def _import(name: str) -> ModuleType:

@@ -1,7 +1,9 @@
-"""CPU latency of a tuned quantized model: TVM tuned, TVM untuned and PyTorch's int8 module.
+"""CPU latency of a tuned quantized model: TVM tuned and untuned against its peers -- PyTorch's
+int8 module, ONNX Runtime, OpenVINO and PyTorch Inductor (:mod:`.peers`).
 
 :func:`measure_latency` returns the numbers (a :class:`BenchResult`); ``quantfuse bench`` prints
-them as a table, and :func:`write_report` writes ``report.md`` and a PNG bar chart.
+them as a table, and :func:`write_report` writes ``report.md`` and a PNG bar chart. The timing
+toolkit is :mod:`relay_ext.tuning.timing`.
 """
 
 from __future__ import annotations
@@ -9,11 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import queue
-import statistics
-import threading
-import time
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -26,27 +24,16 @@ from ..frontend.models import LoadedModel
 from ..frontend.onnx_runtime import saturation_note
 from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
-from ..tuning.build import build_with_records, graph_module
+from ..tuning.build import build_with_records
 from ..tuning.never_slower import TaskVsDefault, compile_never_slower
+# The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
+# also reachable here, where bench's callers and the benchmarks first found them.
+from ..tuning.timing import (  # noqa: F401 pylint: disable=unused-import
+    SETTLE_MAX_S, SETTLE_S, Timing, TVMThread, interleaved_rounds, load_average, settle,
+    torch_timer, tvm_timer, with_tvm_threads)
 from .accuracy import build_untuned, step_error
+from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
-
-
-
-@dataclasses.dataclass
-class Timing:
-    """Seconds per run, one value per round (each the mean of ``number`` runs)."""
-
-    seconds: List[float]
-
-    @property
-    def median_ms(self) -> float:
-        return 1e3 * statistics.median(self.seconds)
-
-    @property
-    def spread_ms(self) -> float:
-        """max - min over rounds, in ms."""
-        return 1e3 * (max(self.seconds) - min(self.seconds))
 
 
 @dataclasses.dataclass
@@ -77,6 +64,29 @@ class BenchResult:
     # default schedule's, timed here; those whose record was slower were compiled with the
     # default. None: the rule was not applied.
     tasks_vs_default: Optional[List[TaskVsDefault]] = None
+    # The peer runtimes (OpenVINO, PyTorch Inductor): version, output check or why not run. None:
+    # not tried (bench --no-peers).
+    peers: Optional[List[PeerRow]] = None
+    versions: Dict[str, Optional[str]] = dataclasses.field(default_factory=dict)  # label -> version
+
+    @property
+    def fastest_peer(self) -> Optional[Tuple[str, float]]:
+        """(label, median ms) of the fastest runtime timed beside TVM, None when none was."""
+        return fastest({label: self.timings[label].median_ms for label in self.references})
+
+    def summary_line(self) -> Optional[str]:
+        """TVM tuned against the fastest peer, for people."""
+        best = self.fastest_peer
+        if best is None:
+            return None
+        ratio = self.ratio(TUNED, best[0])
+        verdict = "faster than" if ratio < 1 else "slower than" if ratio > 1 else "as fast as"
+        return (f"fastest peer: {best[0]} ({best[1]:.3f} ms); TVM tuned is {ratio:.2f}x its time "
+                f"({verdict} it)")
+
+    def peer_lines(self) -> List[str]:
+        """One line per peer: its output check, or why it did not run."""
+        return [row.line() for row in self.peers or []]
 
     def default_lines(self) -> List[str]:
         """What the never-slower rule did, for people (empty when it was not applied)."""
@@ -112,7 +122,8 @@ class BenchResult:
 
     @property
     def references(self) -> List[str]:
-        """The labels of the runtimes TVM is compared with (PyTorch int8, ONNX Runtime int8)."""
+        """The labels of the runtimes TVM is compared with (PyTorch int8, ONNX Runtime int8, the
+        peers that ran)."""
         return [label for label in self.timings if label not in (TUNED, UNTUNED)]
 
     @property
@@ -133,10 +144,15 @@ class BenchResult:
             "model": self.model, "input_shape": list(self.input_shape), "target": self.target,
             "variant": self.variant, "threads": self.threads, "host_flags": vector_flags(),
             "repeats": self.repeats, "number": self.number,
-            "rows": [{"configuration": self.label(label),
-                      "median_ms": timing.median_ms,
-                      "min_ms": 1e3 * min(timing.seconds), "max_ms": 1e3 * max(timing.seconds)}
-                     for label, timing in self.timings.items()],
+            "rows": [*[{"configuration": self.label(label),
+                        "median_ms": timing.median_ms,
+                        "min_ms": 1e3 * min(timing.seconds), "max_ms": 1e3 * max(timing.seconds),
+                        **({"version": self.versions[label]} if label in self.versions else {})}
+                       for label, timing in self.timings.items()],
+                     *[{"configuration": row.label, "median_ms": None, "version": row.version,
+                        "reason": row.reason} for row in self.peers or [] if not row.ran]],
+            "peers": None if self.peers is None else [row.to_dict() for row in self.peers],
+            "fastest_peer": self._fastest_peer_dict(),
             "reference": self.reference, "max_steps": self.max_steps,
             "mean_steps": self.mean_steps, "fraction_equal": self.fraction_equal,
             "untuned_max_steps": self.untuned_max_steps,
@@ -146,6 +162,13 @@ class BenchResult:
             "tasks_vs_default": (None if self.tasks_vs_default is None
                                  else [c.to_dict() for c in self.tasks_vs_default]),
         }
+
+    def _fastest_peer_dict(self) -> Optional[Dict[str, object]]:
+        best = self.fastest_peer
+        if best is None:
+            return None
+        return {"configuration": best[0], "median_ms": best[1],
+                "tvm_tuned_ratio": self.ratio(TUNED, best[0])}
 
     def rows(self) -> List[List[str]]:
         """Table rows: configuration, median ms, spread, vs TVM tuned, vs each reference."""
@@ -158,175 +181,29 @@ class BenchResult:
 
 TUNED, UNTUNED, PYTORCH, ONNX_RUNTIME = ("TVM tuned", "TVM untuned", "PyTorch int8",
                                        "ONNX Runtime int8")
+EAGER = "eager"  # a PT2E program's eager row is "<its reference name>, eager"
 PathLike = Union[str, os.PathLike]
 
 
-T = TypeVar("T")
+def eager_label(loaded: LoadedModel) -> str:
+    """The table's label of a PT2E program run eagerly ("PyTorch PT2E int8, eager")."""
+    return f"{loaded.reference_name}, {EAGER}"
 
 
-class TVMThread:
-    """A thread whose TVM CPU thread pool really has ``threads`` workers, to run TVM work on.
+def versions(labels: List[str], peers: Optional[List[PeerRow]]) -> Dict[str, Optional[str]]:
+    """The version of each reference runtime timed (label -> version)."""
+    import importlib.metadata  # pylint: disable=import-outside-toplevel
 
-    TVM 0.19 sizes a thread's pool once, when that thread first runs parallel code, from
-    ``TVM_NUM_THREADS`` (else half the logical CPUs: one thread on a 2-CPU machine), and reads
-    the variable again before every parallel launch; ``runtime.config_threadpool(0, n)`` cannot
-    widen a pool beyond its size (measured: int8 ResNet-50 ran as fast with it as on one
-    thread). So TVM work goes to this thread, whose pool is created with the variable set, and
-    the variable stays set while the thread lives. Everything else stays on the caller's thread:
-    PyTorch's int8 ResNet-18 at 2 threads took 5.8 ms from a second Python thread against 3.7 ms
-    from the main one.
-
-        with TVMThread(2) as tvm_thread:
-            output, timer = tvm_thread.tvm_timer(lib, inputs, 10)
-            seconds = timer()
-    """
-
-    def __init__(self, threads: int):
-        self.threads = int(threads)
-        self._jobs: "queue.Queue" = queue.Queue()
-        self._thread: Optional[threading.Thread] = None
-        self._previous: Optional[str] = None
-
-    def __enter__(self) -> "TVMThread":
-        self._previous = os.environ.get("TVM_NUM_THREADS")
-        os.environ["TVM_NUM_THREADS"] = str(self.threads)
-        self._thread = threading.Thread(target=self._serve, name=f"tvm-{self.threads}-threads",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._jobs.put(None)
-        self._thread.join()
-        if self._previous is None:
-            os.environ.pop("TVM_NUM_THREADS", None)
-        else:
-            os.environ["TVM_NUM_THREADS"] = self._previous
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            work, answer = job
+    found: Dict[str, Optional[str]] = {row.label: row.version for row in peers or []}
+    for label in labels:
+        if label == ONNX_RUNTIME:
             try:
-                answer.put((True, work()))
-            except BaseException as error:  # pylint: disable=broad-except - re-raised in run()
-                answer.put((False, error))
-
-    def run(self, work: Callable[[], T]) -> T:
-        """``work()`` on the TVM thread; its result, or its exception raised here."""
-        answer: "queue.Queue" = queue.Queue(maxsize=1)
-        self._jobs.put((work, answer))
-        ok, value = answer.get()
-        if not ok:
-            raise value
-        return value
-
-    def timer(self, one_round: Callable[[], float]) -> Callable[[], float]:
-        """A timer that times ``one_round`` on the TVM thread (the hop is outside the timing)."""
-        return lambda: self.run(one_round)
-
-    def tvm_timer(self, lib, inputs: Dict[str, np.ndarray],
-                  number: int) -> Tuple[np.ndarray, Callable[[], float]]:
-        """:func:`tvm_timer` made and timed on the TVM thread: ``lib``'s first output and a
-        timer of one round (the mean seconds of ``number`` runs)."""
-        output, one_round = self.run(lambda: tvm_timer(lib, inputs, number))
-        return output, self.timer(one_round)
-
-
-def with_tvm_threads(threads: int, work: Callable[[], T]) -> T:
-    """``work()`` run where TVM's CPU thread pool really has ``threads`` workers (a
-    :class:`TVMThread`); its result."""
-    with TVMThread(threads) as tvm_thread:
-        return tvm_thread.run(work)
-
-
-def load_average() -> Optional[float]:
-    """The 1-minute load average (runnable processes), None where the OS does not tell."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int) -> Tuple[np.ndarray, Callable[[], float]]:
-    """Load ``lib`` on the CPU, run it once (warm-up) and return its first output with a
-    function that times one round: the mean seconds of ``number`` runs."""
-    device = tvm.cpu()
-    module = graph_module(lib, inputs, device)
-    module.run()
-    output = module.get_output(0).numpy()
-    # time_evaluator makes one untimed call before the timed ones, on every call (ROUND_WARM_UP).
-    evaluator = module.module.time_evaluator("run", device, number=number, repeat=1)
-    return output, lambda: float(evaluator().results[0])
-
-
-def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], float]:
-    """Run ``module`` once on ``example_input`` (warm-up) and return a function that times one
-    round: the mean seconds of ``number`` calls, without autograd."""
-    data = torch.from_numpy(np.ascontiguousarray(example_input))
-
-    def one_round() -> float:
-        with torch.no_grad():
-            module(data)  # untimed (see ROUND_WARM_UP)
-            start = time.perf_counter()
-            for _ in range(number):
-                module(data)
-            return (time.perf_counter() - start) / number
-
-    with torch.no_grad():
-        module(data)
-    return one_round
-
-
-# ROUND_WARM_UP: every timer's round starts with one untimed run. After the pause below, the first
-# run of a runtime is slow (its worker threads, and on a VM the vCPUs, must wake up): measured on
-# tiny_resnet 32x32, 2 threads, PyTorch took 0.10 ms back to back, 0.20 ms per run after a 50 ms
-# pause and 1.17 ms after 300 ms, and 2.4 ms in bench beside TVM, whose time_evaluator already
-# makes an untimed call first. A run untimed for each, the same for all.
-#
-# A pause before each configuration of a round: TVM's and PyTorch's worker threads spin for a
-# while after a run before they sleep, and the runtime timed next would share the cores with them.
-# Measured on int8 ResNet-18, 2 threads: PyTorch alone 3.7 ms, right after TVM 8.1 ms. How long
-# they spin depends on the machine: TVM's pool workers call sched_yield 300,000 times
-# (TVM_THREAD_POOL_SPIN_COUNT) before they sleep, which took under 50 ms on the Intel VM and longer
-# than that on the AMD EPYC VM, where PyTorch's tiny_resnet 32x32 then took 4-6 ms a run in the
-# rounds right after TVM's against 0.16 ms alone (2026-12-01). So the pause lasts at least
-# SETTLE_S and then until this process's threads stop using the CPU (at most SETTLE_MAX_S).
-SETTLE_S = 0.05
-SETTLE_MAX_S = 2.0
-_SETTLE_WINDOW_S = 0.02
-_SETTLE_BUSY_FRACTION = 0.1  # of one CPU: above it, some thread of ours still spins
-
-
-def settle(min_s: float = SETTLE_S, max_s: float = SETTLE_MAX_S,
-           window_s: float = _SETTLE_WINDOW_S) -> float:
-    """Sleep ``min_s``, then in ``window_s`` steps until this process's threads used less than a
-    tenth of one CPU over the last step, for at most ``max_s`` in all; the seconds slept.
-
-    The CPU time is the process's own (``time.process_time``: every thread of it, TVM's, PyTorch's
-    and ONNX Runtime's pools included), so other processes' load does not prolong the wait."""
-    start = time.perf_counter()
-    time.sleep(min_s)
-    while time.perf_counter() - start < max_s:
-        cpu, wall = time.process_time(), time.perf_counter()
-        time.sleep(window_s)
-        if time.process_time() - cpu < _SETTLE_BUSY_FRACTION * (time.perf_counter() - wall):
-            break
-    return time.perf_counter() - start
-
-
-def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int,
-                       settle_s: float = SETTLE_S) -> Dict[str, List[float]]:
-    """``repeats`` rounds, each calling every timer once in order after a pause of at least
-    ``settle_s`` that also waits for this process's spinning worker threads to go idle
-    (:func:`settle`): a change of load during the measurement hits every configuration alike, and
-    no runtime's spinning threads are left running into the next one's time. Seconds per round,
-    per timer."""
-    samples: Dict[str, List[float]] = {label: [] for label in timers}
-    for _ in range(repeats):
-        for label, one_round in timers.items():
-            settle(settle_s)
-            samples[label].append(one_round())
-    return samples
+                found[label] = importlib.metadata.version("onnxruntime")
+            except importlib.metadata.PackageNotFoundError:
+                found[label] = None
+        elif label not in found and label not in (TUNED, UNTUNED):
+            found[label] = f"torch {torch.__version__}"
+    return {label: found[label] for label in labels if label in found}
 
 
 def reference_timers(loaded: LoadedModel, number: int, threads: int,
@@ -351,8 +228,9 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
         timers[PYTORCH] = torch_timer(loaded.torchscript, loaded.example_input, number)
     # A PT2E program (frontend.pt2e_import): PyTorch running the exported program is the reference.
     program_module = getattr(loaded.reference, "torch_module", None)
+    # Labelled eager: PyTorch Inductor's row (.peers) runs the same program compiled.
     if loaded.torchscript is None and program_module is not None:
-        timers[loaded.reference_name] = torch_timer(program_module, loaded.example_input, number)
+        timers[eager_label(loaded)] = torch_timer(program_module, loaded.example_input, number)
     own = isinstance(loaded.reference, OnnxRuntimeReference)
     onnx = loaded.reference if own else onnx_model
     if onnx is not None:
@@ -367,7 +245,8 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
                     variant: str = "ours", repeats: int = 10, number: int = 10,
                     threads: Optional[int] = None,
                     onnx_model: Optional[PathLike] = None,
-                    never_slower: bool = True) -> BenchResult:
+                    never_slower: bool = True, peers: bool = True,
+                    builtin_model: Optional[str] = None) -> BenchResult:
     """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check both builds'
     outputs against the model's reference runtime (PyTorch, or ONNX Runtime for an ONNX model)
     in output quantization steps, and time them beside :func:`reference_timers` on the same input
@@ -376,7 +255,13 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
 
     ``never_slower``: a task whose best record runs slower than TVM's default schedule of the
     task (both timed here with ``threads`` threads) is compiled with the default
-    (:mod:`relay_ext.tuning.never_slower`); the result's ``tasks_vs_default`` lists them all."""
+    (:mod:`relay_ext.tuning.never_slower`); the result's ``tasks_vs_default`` lists them all.
+
+    ``peers``: also time OpenVINO and PyTorch Inductor (:func:`.peers.peer_timers`: each compiled
+    once before the rounds, its output checked against its own reference), on ``onnx_model`` or
+    the model's own ONNX file and, for the built-in model ``builtin_model`` (the name
+    :func:`relay_ext.frontend.models.load` took), its float network through torchao's PT2E flow
+    (a ``.pt2`` model: its program)."""
     if loaded.output_scale is None:
         raise ValueError(f"model {loaded.name!r} is not quantized (no output scale)")
     target, variant = normalize_target(target), check_variant(variant)
@@ -402,6 +287,11 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
                 outputs[label], timers[label] = tvm_thread.tvm_timer(lib, loaded.inputs, number)
             reference_clocks, runtime_outputs = reference_timers(loaded, number, threads, onnx_model)
             timers.update(reference_clocks)
+            peer_rows = None
+            if peers:
+                peer_clocks, peer_rows = peer_timers(loaded, number, threads, onnx_model,
+                                                     builtin_model)
+                timers.update(peer_clocks)
             samples = interleaved_rounds(timers, repeats)
         expected = loaded.run_reference()
     finally:
@@ -416,6 +306,7 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         untuned_max_steps=step_error(outputs[UNTUNED], expected, loaded.output_scale).max_steps,
         runtime_steps={label: step_error(output, expected, loaded.output_scale).max_steps
                        for label, output in runtime_outputs.items()},
-        tasks_vs_default=comparisons,
+        tasks_vs_default=comparisons, peers=peer_rows,
+        versions=versions(list(samples), peer_rows),
         machine=machine_description(), load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

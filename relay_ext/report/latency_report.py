@@ -10,6 +10,9 @@ from .latency import ONNX_RUNTIME, BenchResult
 from .tables import markdown_table
 
 
+COLORS = ["#2a7", "#999", "#d63", "#36c", "#a5c", "#c93", "#5aa"]
+
+
 def write_chart(result: BenchResult, path: Path) -> Path:
     import matplotlib  # pylint: disable=import-outside-toplevel
 
@@ -20,7 +23,7 @@ def write_chart(result: BenchResult, path: Path) -> Path:
     timings = list(result.timings.values())
     fig, ax = plt.subplots(figsize=(1.5 + 1.5 * len(labels), 3.5))
     bars = ax.bar(labels, [t.median_ms for t in timings],
-                  color=["#2a7", "#999", "#d63", "#36c", "#a5c"][:len(labels)],
+                  color=(COLORS * len(labels))[:len(labels)],
                   yerr=[[t.median_ms - 1e3 * min(t.seconds) for t in timings],
                         [1e3 * max(t.seconds) - t.median_ms for t in timings]], capsize=4)
     ax.bar_label(bars, fmt="%.3f ms", padding=2)
@@ -50,18 +53,21 @@ def report_markdown(result: BenchResult) -> str:
         f"- TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization steps "
         f"apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% of outputs "
         f"equal); TVM untuned: max {result.untuned_max_steps:.2f} steps.",
-        *[f"- {line}." for line in result.runtime_lines()],
+        *[f"- {line}." for line in result.runtime_lines() + result.peer_lines()],
         *[f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}"
           for line in result.default_lines()],
         "",
         markdown_table(result.header, rows),
     ]
+    if result.summary_line():
+        lines += ["", f"**{result.summary_line()[0].upper()}{result.summary_line()[1:]}.**"]
     if result.busy_warning:
         lines += ["", f"**{result.busy_warning}**"]
     if ONNX_RUNTIME in result.timings and ONNX_RUNTIME not in result.runtime_steps:
         lines += ["", "ONNX Runtime runs an export of the same float network quantized by ONNX "
                   "Runtime's own `quantize_static`: another quantization, so its outputs are not "
-                  "compared in steps."]
+                  "compared in steps with TVM's (OpenVINO, which reads the same file, is compared "
+                  "with ONNX Runtime running it as written)."]
     lines += ["", "Ratios are median / median: above 1 is slower than the column's reference.", "",
               f"![latency]({CHART_FILE})", ""]
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from meta_rules.tvm_errors import tvm_error_message
 
 from ..lowering.config import BUILD_OPTIONS, pass_config
 from .skip_measured_search import workload_hash
+from .timing import interleaved_rounds, tvm_timer
 
 logger = logging.getLogger(__name__)
 
@@ -133,18 +134,6 @@ def random_inputs(func: relay.Function, seed: int = 0) -> Dict[str, np.ndarray]:
     return inputs
 
 
-def _timer(lib, inputs: Mapping[str, np.ndarray], device):
-    from tvm.contrib import graph_executor  # pylint: disable=import-outside-toplevel
-
-    module = graph_executor.GraphModule(lib["default"](device))
-    for name, value in inputs.items():
-        module.set_input(name, value)
-    module.run()
-    evaluator = module.module.time_evaluator("run", device, number=1, repeat=1,
-                                             min_repeat_ms=MIN_ROUND_MS)
-    return lambda: float(evaluator().results[0])
-
-
 def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, variant: str,
               rounds: int = ROUNDS,
               on_built: Optional[Callable[[tvm.runtime.Module, tvm.runtime.Module], None]] = None
@@ -163,13 +152,9 @@ def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, var
                                                     pass_config=pass_config(variant))
     if on_built is not None:
         on_built(record_lib, default_lib)
-    device = tvm.cpu()
-    timers = {"record": _timer(record_lib, inputs, device),
-              "default": _timer(default_lib, inputs, device)}
-    samples: Dict[str, List[float]] = {name: [] for name in timers}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            samples[name].append(timer())
+    timers = {name: tvm_timer(lib, inputs, 1, min_repeat_ms=MIN_ROUND_MS)[1]
+              for name, lib in (("record", record_lib), ("default", default_lib))}
+    samples = interleaved_rounds(timers, rounds, settle_s=None)
     return TaskVsDefault(task.task_name, 1e3 * statistics.median(samples["record"]),
                          1e3 * statistics.median(samples["default"]), int(task.weight))
 

@@ -1,0 +1,101 @@
+"""OpenVINO on the CPU: a peer runtime of ``quantfuse bench`` (``pip install 'quantfuse[peers]'``).
+
+    output, one_round = openvino_timer("model_qdq.onnx", example_input, number=10, threads=2)
+
+OpenVINO reads a QDQ ONNX file itself (``Core.read_model``) and its CPU plugin runs the
+``DequantizeLinear`` / op / ``QuantizeLinear`` groups as int8 kernels (VNNI, or AMX where the OS
+enables it), which is what an OpenVINO user deploying the ONNX file gets. Bench gives it the file
+ONNX Runtime's row runs: a built-in model's export (:mod:`relay_ext.frontend.onnx_export`) or the
+user's ``.onnx`` model. It is compiled once, before timing, for the ``CPU`` device with
+``INFERENCE_NUM_THREADS`` = bench's ``--threads`` and the ``LATENCY`` performance hint (one stream:
+one inference at a time on those threads, as bench times every runtime).
+
+Its output is checked against the file's meaning, ONNX Runtime running the QDQ graph as written
+(:class:`relay_ext.frontend.onnx_runtime.OnnxRuntimeReference`), in steps of the file's output
+scale (:func:`qdq_output_step`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .optional_deps import require_onnx, require_openvino
+
+OPENVINO = "OpenVINO int8"
+PERFORMANCE_HINT = "LATENCY"
+
+
+def openvino_version() -> str:
+    """The installed openvino distribution's version ("2026.4.1"), or :class:`MissingDependency`."""
+    openvino = require_openvino()
+    try:
+        return importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(openvino, "__version__", "unknown")).split("-")[0]
+
+
+def openvino_compiled(path: str | os.PathLike, threads: int) -> Any:
+    """The ONNX file at ``path`` read and compiled by OpenVINO for its CPU plugin, on ``threads``
+    inference threads with the LATENCY hint (see the module doc)."""
+    if int(threads) < 1:
+        raise ValueError(f"threads must be a positive number, got {threads!r}")
+    openvino = require_openvino()
+    core = openvino.Core()
+    model = core.read_model(os.fspath(path))
+    if len(model.inputs) != 1:
+        raise ValueError(f"{os.fspath(path)}: OpenVINO's row takes a model with one input, this one has "
+                         f"{len(model.inputs)}")
+    return core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": int(threads),
+                                             "PERFORMANCE_HINT": PERFORMANCE_HINT})
+
+
+def openvino_timer(path: str | os.PathLike, example_input: np.ndarray, number: int,
+                   threads: int) -> tuple[np.ndarray, Callable[[], float]]:
+    """Compile ``path`` (:func:`openvino_compiled`), run it once on ``example_input`` (warm-up) and
+    return its first output with a function that times one round: one untimed run (as every
+    runtime's round in bench), then the mean seconds of ``number`` synchronous inferences."""
+    if int(number) < 1:
+        raise ValueError(f"number must be a positive number of runs, got {number!r}")
+    request = openvino_compiled(path, threads).create_infer_request()
+    feed = {0: np.ascontiguousarray(example_input, dtype=np.float32)}
+
+    def run() -> None:
+        request.infer(feed, share_inputs=True, share_outputs=True)
+
+    def one_round() -> float:
+        run()
+        start = time.perf_counter()
+        for _ in range(number):
+            run()
+        return (time.perf_counter() - start) / number
+
+    request.infer(feed)
+    output = np.array(request.get_output_tensor(0).data, copy=True)
+    return output, one_round
+
+
+def qdq_output_step(path: str | os.PathLike, reference_output: np.ndarray) -> float:
+    """The quantization step of the ONNX model's first output: the scale of the
+    ``DequantizeLinear`` that produces it when it is one number, else, for a float output (ONNX
+    Runtime's ``quantize_static`` leaves the last Gemm's output float), the step an 8-bit min/max
+    observer would give ``reference_output``: ``(max - min) / 255``."""
+    onnx = require_onnx()
+    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+
+    graph = onnx.load(os.fspath(path)).graph
+    output_name = graph.output[0].name
+    initializers = {init.name: init for init in graph.initializer}
+    producer = next((node for node in graph.node if output_name in node.output), None)
+    if producer is not None and producer.op_type == "DequantizeLinear" and producer.input[1] in initializers:
+        scale = numpy_helper.to_array(initializers[producer.input[1]])
+        if scale.size == 1 and float(scale.reshape(())) > 0:
+            return float(scale.reshape(()))
+    output = np.asarray(reference_output, dtype=np.float64)
+    spread = float(output.max() - output.min()) if output.size else 0.0
+    return spread / 255 if spread > 0 else 1.0

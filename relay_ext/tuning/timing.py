@@ -1,0 +1,219 @@
+"""The timing toolkit every CPU measurement of quantfuse shares: bench's interleaved rounds
+(:mod:`relay_ext.report.latency`), the never-slower rule's task timing
+(:mod:`relay_ext.tuning.never_slower`) and the benchmarks.
+
+* :class:`Timing` -- seconds per round, with their median and spread;
+* :class:`TVMThread`, :func:`with_tvm_threads` -- TVM work on a thread whose pool really has the
+  threads asked for;
+* :func:`tvm_timer`, :func:`evaluator_timer`, :func:`torch_timer` -- one warm-up run, then a
+  function that times one round;
+* :func:`settle`, :func:`interleaved_rounds` -- rounds that time every configuration once, after
+  a pause that lets the previous runtime's spinning threads go idle;
+* :func:`load_average` -- whether other processes compete for the CPU.
+
+It lives below ``report`` so that tuning can time with it (tuning may not import report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import statistics
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+
+import numpy as np
+import torch
+import tvm
+
+from .build import graph_module
+
+@dataclasses.dataclass
+class Timing:
+    """Seconds per run, one value per round (each the mean of ``number`` runs)."""
+
+    seconds: List[float]
+
+    @property
+    def median_ms(self) -> float:
+        return 1e3 * statistics.median(self.seconds)
+
+    @property
+    def spread_ms(self) -> float:
+        """max - min over rounds, in ms."""
+        return 1e3 * (max(self.seconds) - min(self.seconds))
+
+
+T = TypeVar("T")
+
+
+class TVMThread:
+    """A thread whose TVM CPU thread pool really has ``threads`` workers, to run TVM work on.
+
+    TVM 0.19 sizes a thread's pool once, when that thread first runs parallel code, from
+    ``TVM_NUM_THREADS`` (else half the logical CPUs: one thread on a 2-CPU machine), and reads
+    the variable again before every parallel launch; ``runtime.config_threadpool(0, n)`` cannot
+    widen a pool beyond its size (measured: int8 ResNet-50 ran as fast with it as on one
+    thread). So TVM work goes to this thread, whose pool is created with the variable set, and
+    the variable stays set while the thread lives. Everything else stays on the caller's thread:
+    PyTorch's int8 ResNet-18 at 2 threads took 5.8 ms from a second Python thread against 3.7 ms
+    from the main one.
+
+        with TVMThread(2) as tvm_thread:
+            output, timer = tvm_thread.tvm_timer(lib, inputs, 10)
+            seconds = timer()
+    """
+
+    def __init__(self, threads: int):
+        self.threads = int(threads)
+        self._jobs: "queue.Queue" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._previous: Optional[str] = None
+
+    def __enter__(self) -> "TVMThread":
+        self._previous = os.environ.get("TVM_NUM_THREADS")
+        os.environ["TVM_NUM_THREADS"] = str(self.threads)
+        self._thread = threading.Thread(target=self._serve, name=f"tvm-{self.threads}-threads",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+        if self._previous is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = self._previous
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, answer = job
+            try:
+                answer.put((True, work()))
+            except BaseException as error:  # pylint: disable=broad-except - re-raised in run()
+                answer.put((False, error))
+
+    def run(self, work: Callable[[], T]) -> T:
+        """``work()`` on the TVM thread; its result, or its exception raised here."""
+        answer: "queue.Queue" = queue.Queue(maxsize=1)
+        self._jobs.put((work, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+    def timer(self, one_round: Callable[[], float]) -> Callable[[], float]:
+        """A timer that times ``one_round`` on the TVM thread (the hop is outside the timing)."""
+        return lambda: self.run(one_round)
+
+    def tvm_timer(self, lib, inputs: Dict[str, np.ndarray],
+                  number: int) -> Tuple[np.ndarray, Callable[[], float]]:
+        """:func:`tvm_timer` made and timed on the TVM thread: ``lib``'s first output and a
+        timer of one round (the mean seconds of ``number`` runs)."""
+        output, one_round = self.run(lambda: tvm_timer(lib, inputs, number))
+        return output, self.timer(one_round)
+
+
+def with_tvm_threads(threads: int, work: Callable[[], T]) -> T:
+    """``work()`` run where TVM's CPU thread pool really has ``threads`` workers (a
+    :class:`TVMThread`); its result."""
+    with TVMThread(threads) as tvm_thread:
+        return tvm_thread.run(work)
+
+
+def load_average() -> Optional[float]:
+    """The 1-minute load average (runnable processes), None where the OS does not tell."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int,
+              min_repeat_ms: int = 0) -> Tuple[np.ndarray, Callable[[], float]]:
+    """Load ``lib`` on the CPU, run it once (warm-up) and return its first output with a
+    function that times one round: the mean seconds of ``number`` runs (``time_evaluator``'s
+    ``min_repeat_ms``: more runs until a round lasts that long)."""
+    device = tvm.cpu()
+    module = graph_module(lib, inputs, device)
+    module.run()
+    output = module.get_output(0).numpy()
+    # time_evaluator makes one untimed call before the timed ones, on every call (ROUND_WARM_UP).
+    evaluator = module.module.time_evaluator("run", device, number=number, repeat=1,
+                                             min_repeat_ms=min_repeat_ms)
+    return output, lambda: float(evaluator().results[0])
+
+
+def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], float]:
+    """Run ``module`` once on ``example_input`` (warm-up) and return a function that times one
+    round: the mean seconds of ``number`` calls, without autograd."""
+    data = torch.from_numpy(np.ascontiguousarray(example_input))
+
+    def one_round() -> float:
+        with torch.no_grad():
+            module(data)  # untimed (see ROUND_WARM_UP)
+            start = time.perf_counter()
+            for _ in range(number):
+                module(data)
+            return (time.perf_counter() - start) / number
+
+    with torch.no_grad():
+        module(data)
+    return one_round
+
+
+# ROUND_WARM_UP: every timer's round starts with one untimed run. After the pause below, the first
+# run of a runtime is slow (its worker threads, and on a VM the vCPUs, must wake up): measured on
+# tiny_resnet 32x32, 2 threads, PyTorch took 0.10 ms back to back, 0.20 ms per run after a 50 ms
+# pause and 1.17 ms after 300 ms, and 2.4 ms in bench beside TVM, whose time_evaluator already
+# makes an untimed call first. A run untimed for each, the same for all.
+#
+# A pause before each configuration of a round: TVM's and PyTorch's worker threads spin for a
+# while after a run before they sleep, and the runtime timed next would share the cores with them.
+# Measured on int8 ResNet-18, 2 threads: PyTorch alone 3.7 ms, right after TVM 8.1 ms. How long
+# they spin depends on the machine: TVM's pool workers call sched_yield 300,000 times
+# (TVM_THREAD_POOL_SPIN_COUNT) before they sleep, which took under 50 ms on the Intel VM and longer
+# than that on the AMD EPYC VM, where PyTorch's tiny_resnet 32x32 then took 4-6 ms a run in the
+# rounds right after TVM's against 0.16 ms alone (2026-12-01). So the pause lasts at least
+# SETTLE_S and then until this process's threads stop using the CPU (at most SETTLE_MAX_S).
+SETTLE_S = 0.05
+SETTLE_MAX_S = 2.0
+_SETTLE_WINDOW_S = 0.02
+_SETTLE_BUSY_FRACTION = 0.1  # of one CPU: above it, some thread of ours still spins
+
+
+def settle(min_s: float = SETTLE_S, max_s: float = SETTLE_MAX_S,
+           window_s: float = _SETTLE_WINDOW_S) -> float:
+    """Sleep ``min_s``, then in ``window_s`` steps until this process's threads used less than a
+    tenth of one CPU over the last step, for at most ``max_s`` in all; the seconds slept.
+
+    The CPU time is the process's own (``time.process_time``: every thread of it, TVM's, PyTorch's
+    and ONNX Runtime's pools included), so other processes' load does not prolong the wait."""
+    start = time.perf_counter()
+    time.sleep(min_s)
+    while time.perf_counter() - start < max_s:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(window_s)
+        if time.process_time() - cpu < _SETTLE_BUSY_FRACTION * (time.perf_counter() - wall):
+            break
+    return time.perf_counter() - start
+
+
+def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int,
+                       settle_s: Optional[float] = SETTLE_S) -> Dict[str, List[float]]:
+    """``repeats`` rounds, each calling every timer once in order after a pause of at least
+    ``settle_s`` that also waits for this process's spinning worker threads to go idle
+    (:func:`settle`): a change of load during the measurement hits every configuration alike, and
+    no runtime's spinning threads are left running into the next one's time. Seconds per round,
+    per timer. ``settle_s=None``: no pause (timers of one runtime on one thread, such as the
+    never-slower rule's record and default builds of a task)."""
+    samples: Dict[str, List[float]] = {label: [] for label in timers}
+    for _ in range(repeats):
+        for label, one_round in timers.items():
+            if settle_s is not None:
+                settle(settle_s)
+            samples[label].append(one_round())
+    return samples

@@ -1,0 +1,180 @@
+"""bench's peer rows (issue 28): OpenVINO int8 on the same QDQ ONNX file as ONNX Runtime, PyTorch
+Inductor int8 on a PT2E program compiled with freezing; each output checked against its own
+reference; a peer that cannot run is one line saying why, and bench goes on; the summary names the
+fastest peer. One bench with the peers on tiny_resnet 32x32 (one Inductor compile) serves the
+tests of the rows, the JSON and report.md."""
+
+import json
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("openvino", reason="the OpenVINO row needs openvino: pip install 'quantfuse[peers]'")
+pytest.importorskip("torchao", reason="the Inductor row needs torchao: pip install 'quantfuse[pt2e]'")
+
+from conftest import AVX2, TINY_32
+from relay_ext import cli
+from relay_ext.frontend import models, pt2e_inductor
+from relay_ext.frontend.openvino_runtime import OPENVINO
+from relay_ext.frontend.pt2e_inductor import INDUCTOR, InductorUnavailable
+from relay_ext.report import peers
+from relay_ext.tuning.work_dir import REPORT_FILE
+
+MAX_PEER_STEPS = 3  # whole output steps from the peer's own reference
+
+
+class TorchvisionStyleResNet(nn.Module):
+    """A torchvision BasicBlock (conv-bn-relu, conv-bn, in-place add, shared ReLU) between a stem and
+    a linear: torchao 0.18's X86InductorQuantizer raises "Input partition has more than one
+    output node" on it under torch 2.13 (issue 28), as on torchvision's ResNets."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = self.relu(self.stem(x))
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(identity)))))
+        out += identity
+        out = self.relu(out)
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(out, 1), 1))
+
+
+def _bench(work_dir, *extra):
+    # --keep-slower-records: the never-slower rule's builds are tested in test_cli_bench.py
+    return cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
+                     "--repeats", "2", "--number", "2", "--threads", "1",
+                     "--keep-slower-records", *extra])
+
+
+@pytest.fixture(scope="module")
+def peers_bench(tiny_tuned_once, tmp_path_factory):
+    """bench --json with the peers on a copy of the shared tuned tiny_resnet: (JSON, report.md)."""
+    work_dir = tmp_path_factory.mktemp("peers") / "work"
+    shutil.copytree(tiny_tuned_once[0], work_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        out = []
+        patch.setattr(sys, "stdout", _Collect(out))
+        assert _bench(work_dir, "--json") == 0
+    return json.loads("".join(out)), (work_dir / REPORT_FILE).read_text()
+
+
+class _Collect:
+    def __init__(self, parts):
+        self.parts = parts
+
+    def write(self, text):
+        self.parts.append(text)
+
+    def flush(self):
+        pass
+
+
+def test_json_has_both_peer_rows_with_versions_and_checks(peers_bench):
+    result, _ = peers_bench
+    rows = {row["configuration"]: row for row in result["rows"]}
+    for label in (OPENVINO, INDUCTOR):
+        assert label in rows, list(rows)
+        assert 0 < rows[label]["min_ms"] <= rows[label]["median_ms"] <= rows[label]["max_ms"]
+    assert re.fullmatch(r"\d{4}\.\d+\.\d+", rows[OPENVINO]["version"]), rows[OPENVINO]
+    assert rows[INDUCTOR]["version"].startswith(f"torch {torch.__version__}, torchao ")
+    checked = {row["label"]: row for row in result["peers"]}
+    assert set(checked) == {OPENVINO, INDUCTOR}
+    assert checked[OPENVINO]["reference"] == "ONNX Runtime (QDQ as written)"
+    assert checked[INDUCTOR]["reference"] == "the same PT2E program run eagerly"
+    for row in checked.values():
+        assert row["reason"] is None and 0 <= row["max_steps"] <= MAX_PEER_STEPS, row
+
+
+def test_fastest_peer_is_the_fastest_row_and_its_ratio_tvm_tuned_over_it(peers_bench):
+    result, _ = peers_bench
+    medians = {row["configuration"]: row["median_ms"] for row in result["rows"]
+               if not row["configuration"].startswith("TVM")}
+    assert {"PyTorch int8", "ONNX Runtime int8", OPENVINO, INDUCTOR} <= set(medians)
+    best = result["fastest_peer"]
+    assert best["median_ms"] == min(medians.values()) == medians[best["configuration"]]
+    tuned = next(row["median_ms"] for row in result["rows"]
+                 if row["configuration"] == "TVM tuned (ours)")
+    assert best["tvm_tuned_ratio"] == pytest.approx(tuned / best["median_ms"])
+
+
+def test_report_has_the_peer_rows_their_checks_and_the_summary(peers_bench):
+    result, report = peers_bench
+    for label in (OPENVINO, INDUCTOR):
+        assert f"| {label} |" in report
+        assert re.search(rf"- {label} \([^)]+\) vs .*: max [\d.]+ output quantization steps", report)
+    assert f"Fastest peer: {result['fastest_peer']['configuration']} (" in report
+
+
+def test_without_openvino_and_with_a_network_torchao_cannot_quantize_bench_says_why(
+        tiny_tuned, capsys, monkeypatch):
+    """The extra missing (openvino's import fails) and torchao's quantizer failing on the network:
+    one line each, and the table and summary with the other runtimes."""
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    monkeypatch.setattr(pt2e_inductor, "float_network",
+                        lambda name, seed=0: TorchvisionStyleResNet().eval())
+    work_dir, _ = tiny_tuned
+    assert _bench(work_dir) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert (f"{OPENVINO}: not run: the OpenVINO row needs the openvino package: "
+            "pip install 'quantfuse[peers]' (openvino==2026.4.1)") in lines, out
+    assert any(line.startswith(f"{INDUCTOR}: not run: torchao's X86InductorQuantizer fails on "
+                               "this network: Input partition has more than one output node")
+               for line in lines), out
+    assert not re.search(rf"^({OPENVINO}|{INDUCTOR})\s+[\d.]+", out, re.M), out  # no timed row
+    assert re.search(r"^PyTorch int8\s+[\d.]+", out, re.M), out
+    assert re.search(r"^fastest peer: (PyTorch int8|ONNX Runtime int8) \([\d.]+ ms\); TVM tuned is "
+                     r"[\d.]+x its time", out, re.M), out
+
+
+def test_inductor_without_torchao_or_a_cpp_compiler_is_one_line(monkeypatch):
+    loaded = models.load("mlp")
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "torchao.quantization.pt2e.quantize_pt2e", None)
+        row, timer = peers.inductor_peer(loaded, 2, "mlp")
+    assert timer is None and "pip install 'quantfuse[pt2e]'" in row.reason, row
+    from torch._inductor import cpp_builder
+
+    # Inductor's own search, over a compiler that is not there (as on a host without g++)
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler",
+                        lambda: cpp_builder.cpp_compiler_search(("/nonexistent/c++",)))
+    with pytest.raises(InductorUnavailable, match=r"^no C\+\+ compiler for Inductor .*install g\+\+"):
+        pt2e_inductor.compile_inductor(nn.Linear(4, 2).eval(), np.zeros((1, 4), np.float32))
+
+
+def test_a_pt2e_model_runs_eager_and_its_program_compiled(tmp_path):
+    """A .pt2 model: its eager row is labelled eager, Inductor compiles the program itself and
+    agrees with it; OpenVINO has no ONNX file to read and says so."""
+    from quantized_test_nets import MobileNetV2Style, pt2e_program
+    from relay_ext.report.latency import reference_timers
+
+    loaded = models.from_exported_program(pt2e_program(MobileNetV2Style, (1, 3, 16, 16)))
+    timers, _ = reference_timers(loaded, 2, 1)
+    assert list(timers) == ["PyTorch PT2E int8, eager"]
+    row, timer = peers.inductor_peer(loaded, 2, None)
+    assert row.ran and timer() > 0 and row.max_steps <= 1, row
+    row, timer = peers.openvino_peer(loaded, 2, 1, None)
+    assert timer is None and row.reason.startswith("no ONNX file to read"), row
+
+
+def test_openvino_on_a_users_onnx_model_is_checked_against_the_model(tmp_path):
+    from relay_ext.frontend.onnx_export import export_quantized
+    from relay_ext.frontend.onnx_import import from_onnx
+
+    path = export_quantized("mlp", tmp_path / "mlp.onnx")
+    loaded = from_onnx(path)
+    row, timer = peers.openvino_peer(loaded, 2, 1, None)
+    assert row.ran and timer() > 0, row
+    assert row.reference == loaded.reference_name and row.max_steps <= MAX_PEER_STEPS, row
