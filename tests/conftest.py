@@ -71,6 +71,8 @@ SLOW_TESTS = [
     ("test_never_slower.py", "test_a_record_slower_than_the_default_is_dropped"),
     ("test_never_slower.py", "test_the_model_compiled_under_the_rule_is_the_default_build"),
     ("test_vnni_conv_schedule.py", "test_vnni_conv_has_independent_accumulators_and_exact_outputs"),
+    # 73 s quiet: the never-slower export (build of each tuned task twice) and bench's same build
+    ("test_deploy.py", "test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone"),
 ]
 
 

@@ -100,12 +100,12 @@ def cmd_run(args) -> int:
 
 def _threads_for(manifest: dict) -> int:
     """Threads TVM's pool gets here: ``TVM_NUM_THREADS`` when set, else those the export's
-    never-slower rule timed with (at most this machine's CPUs), else TVM's own default. Set
-    before the first run, when this thread's pool is made."""
+    never-slower rule timed with (at most this machine's CPUs), else every CPU (bench's
+    default). Set before the first run, when this thread's pool is made."""
     if os.environ.get("TVM_NUM_THREADS"):
         return int(os.environ["TVM_NUM_THREADS"])
     cpus = os.cpu_count() or 1
-    threads = min(int(manifest.get("threads") or max(1, cpus // 2)), cpus)
+    threads = min(int(manifest.get("threads") or cpus), cpus)
     os.environ["TVM_NUM_THREADS"] = str(threads)
     return threads
 

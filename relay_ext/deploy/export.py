@@ -118,7 +118,7 @@ def export(path: PathLike, mod: tvm.IRModule, params: Optional[Mapping[str, tvm.
     else:
         built = tuned_build(database, mod, params, target, variant, threads, never_slower)
     manifest = describe(mod, params, target, variant, database, built, model_name)
-    write_atomically(path, built.lib, manifest)
+    manifest = write_atomically(path, built.lib, manifest)
     logger.info("wrote %s and %s", path, manifest_path(path))
     return ExportResult(path, manifest_path(path), manifest)
 
@@ -170,8 +170,11 @@ def _dequantize_of(body) -> Dict[str, Any]:
 def records_digest(database: ms.Database) -> str:
     """SHA-256 over the database's records (workload hash, trace, run times, target), in a
     fixed order: two exports from the same records have the same digest."""
+    # TuningRecord.as_json's Python conversion fails on traces with an IndexMap (a layout
+    # transform); the FFI's own JSON object serialises through TVM's save_json
+    as_json = ms._ffi_api.TuningRecordAsJSON  # pylint: disable=protected-access
     lines = sorted(
-        f"{tvm.ir.structural_hash(record.workload.mod)} {tvm.ir.save_json(record.as_json())}"
+        f"{tvm.ir.structural_hash(record.workload.mod)} {tvm.ir.save_json(as_json(record))}"
         for record in database.get_all_tuning_records())
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
@@ -184,10 +187,12 @@ def quantfuse_version() -> str:
         return "unknown"
 
 
-def write_atomically(path: Path, lib: tvm.runtime.Module, manifest: Dict[str, Any]) -> None:
-    """``lib`` as ``path`` and ``manifest`` (with the library's name and SHA-256) as its .json:
-    both written under temporary names beside them, then moved into place; on any failure (or
-    Ctrl-C) the temporary files are removed and nothing at ``path`` changed."""
+def write_atomically(path: Path, lib: tvm.runtime.Module,
+                     manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """``lib`` as ``path`` and ``manifest`` (with the library's name and SHA-256 added: the
+    description returned) as its .json: both written under temporary names beside them, then
+    moved into place; on any failure (or Ctrl-C) the temporary files are removed and nothing at
+    ``path`` changed."""
     folder = path.parent if str(path.parent) else Path(".")
     temporary: List[Path] = []
     try:
@@ -207,6 +212,7 @@ def write_atomically(path: Path, lib: tvm.runtime.Module, manifest: Dict[str, An
             os.chmod(written, 0o644)
         os.replace(temporary[0], path)
         os.replace(temporary[1], manifest_path(path))
+        return manifest
     finally:
         for leftover in temporary:
             leftover.unlink(missing_ok=True)
