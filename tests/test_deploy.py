@@ -139,9 +139,12 @@ def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
 
     bench_lib, _ = with_tvm_threads(os.cpu_count(), lambda: real_rule(
         database, tiny32.mod, tiny32.params, targets.normalize_target(AVX2), "ours"))
+    api_lib = relay_ext.compile(database, tiny32.mod, tiny32.params, AVX2)  # the rule, too
+    assert threads_timed == [str(os.cpu_count())] * 2
     for data in inputs_of(tiny32):
         deployed = run_runtime_only(library, data, tmp_path)
         np.testing.assert_array_equal(deployed, run_module(bench_lib, {"input": data})[0])
+        np.testing.assert_array_equal(deployed, run_module(api_lib, {"input": data})[0])
         assert quantization_step_error(deployed, tiny32.run_reference(data),
                                        tiny32.output_scale) <= MAX_STEPS
 

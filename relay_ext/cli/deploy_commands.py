@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .inputs import (
     check_model,
+    check_runs_here,
     checked_variant,
     load_model,
     resolve_target,
@@ -23,16 +24,17 @@ from .parser import BadInput
 
 
 def cmd_export(args) -> int:
-    from relay_ext.deploy.export import check_export_target, check_output_path, export
+    from relay_ext.deploy.export import check_export_kind, check_output_path, export
 
     check_model(args)
     variant = checked_variant(args.variant)
-    try:  # before any work: a target this wheel cannot build for or this CPU cannot run
-        check_export_target(args.target)
+    try:  # before any work: a target this wheel cannot build for, an --out it cannot write
+        check_export_kind(args.target)
         out = check_output_path(args.out)
     except ValueError as error:
         raise BadInput(str(error)) from None
     target = resolve_target(args.target, variant)
+    check_runs_here(target)  # nor one whose code this CPU cannot run
     database = None
     if args.work_dir is not None:
         from relay_ext.tuning.work_dir import open_tuned_database

@@ -42,7 +42,7 @@ from tvm import relay
 from meta_rules.amx_conv import target_has_amx
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.targets import check_runs_here, normalize_target
+from ..lowering.targets import as_target, check_runs_here, normalize_target
 from ..tuning.build import copy_module
 from .build import TunedBuild, tuned_build, untuned_build
 from .runtime import FORMAT, file_digest, manifest_path
@@ -65,22 +65,29 @@ class ExportResult:
     manifest: Dict[str, Any]
 
 
-def check_export_target(target: TargetLike) -> tvm.target.Target:
-    """The target normalised; ExportError unless it is an llvm target this machine runs (export
-    builds what bench times, and the never-slower rule times code here). A target TVM cannot
-    build for in this wheel (CUDA without a CUDA build) says so."""
+def check_export_kind(target: TargetLike) -> None:
+    """ExportError unless ``target`` is an llvm target (export builds what bench times, on this
+    CPU); a target TVM cannot build for in this wheel (CUDA without a CUDA build) says so. Cheap:
+    nothing is normalised, nothing logged."""
     try:
-        target = normalize_target(target)
+        kind = as_target(target).kind.name
     except ValueError as error:
         raise ExportError(str(error)) from None
-    kind = target.kind.name
     if kind != "llvm":
         can_build = tvm.get_global_func(f"target.build.{kind}", allow_missing=True) is not None
         why = ("" if can_build else
                f"; this TVM build cannot compile for {kind} (no target.build.{kind})")
         raise ExportError(f"export builds what 'quantfuse bench' times, on this CPU: the target "
                           f"must be llvm (host, 'llvm -mcpu=...'), got {kind!r}{why}")
-    check_runs_here(target)  # TargetNotRunnable: a ValueError with its own one line
+
+
+def check_export_target(target: TargetLike) -> tvm.target.Target:
+    """The target normalised; ExportError unless it is an llvm target (:func:`check_export_kind`),
+    :class:`~relay_ext.lowering.targets.TargetNotRunnable` (a ValueError) unless this machine
+    runs its code (the never-slower rule times it here)."""
+    check_export_kind(target)
+    target = normalize_target(target)
+    check_runs_here(target)
     return target
 
 
