@@ -41,7 +41,8 @@ library, data, out = sys.argv[1:4]
 manifest = json.load(open(library[:-len(".so")] + ".json"))
 device = tvm.runtime.cpu(0)
 executor = tvm.runtime.load_module(library)["default"](device)
-executor["set_input"](manifest["inputs"][0]["name"], tvm.runtime.ndarray.array(np.load(data), device))
+name = manifest["inputs"][0]["name"]
+executor["set_input"](name, tvm.runtime.ndarray.array(np.load(data), device))
 executor["run"]()
 np.save(out, executor["get_output"](0).numpy())
 assert tvm._ffi.base._LIB_NAME == "libtvm_runtime.so", tvm._ffi.base._LIB_NAME
@@ -158,8 +159,8 @@ def test_quantfuse_run_imports_neither_torch_nor_relay(untuned, tiny32, tmp_path
         from relay_ext import cli
         code = cli.main(["run", "--lib", {str(library)!r}, "--input", {str(tmp_path / 'x.npy')!r},
                          "--out", {str(tmp_path / 'y.npy')!r}, "--repeat", "5"])
-        heavy = [m for m in sys.modules if m == "torch" or m.startswith(("tvm.relay", "tvm.meta_schedule",
-                 "relay_ext.tuning", "relay_ext.frontend", "meta_rules"))]
+        heavy = [m for m in sys.modules if m == "torch" or m.startswith((
+            "tvm.relay", "tvm.meta_schedule", "relay_ext.tuning", "relay_ext.frontend", "meta_rules"))]
         assert not heavy, heavy
         sys.exit(code)
     """
