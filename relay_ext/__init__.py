@@ -1,11 +1,13 @@
-"""relay_ext: the Relay/TE side of quantfuse -- converter hook, models, tuning flow, CLI.
+"""relay_ext: the Relay/TE side of quantfuse -- converter hook, models, tuning flow, deploy, CLI.
 
-Importing the package registers the ``inline_constants`` TE->TIR converter and nothing heavier.
-The public names below (``relay_ext.tune``, ``relay_ext.frontend.models`` ...) load on first use: the
-tuning flow imports TVM's tensor intrinsics and the models import PyTorch, 15-20 s together,
-and every MetaSchedule builder worker (a fresh process per batch of candidates) imports this
-package to unpickle :func:`relay_ext.lowering.config.build_candidate`, so an eager import cost every
-tuning round that much.
+Importing the package imports nothing of TVM: every public name below (``relay_ext.tune``,
+``relay_ext.frontend.models``, ``relay_ext.load`` ...) loads on first use. The tuning flow imports
+TVM's tensor intrinsics and the models import PyTorch, 15-20 s together; every MetaSchedule
+builder worker (a fresh process per batch of candidates) imports this package to unpickle
+:func:`relay_ext.lowering.config.build_candidate`; and ``quantfuse run`` loads an exported
+library with TVM's runtime alone (no Relay, no PyTorch), which an eager import here would defeat.
+The ``inline_constants`` TE->TIR converter is registered when :mod:`relay_ext.lowering.config`
+(``pass_config``, which every extraction, tune and build of quantfuse uses) is imported.
 """
 
 import importlib as _importlib
@@ -14,14 +16,15 @@ import os as _os
 # Relay's AutoTVM fallback would try to download TopHub logs; quantfuse never uses the network.
 _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
-from .lowering import tir_converter  # registers relay.backend.tir_converter.inline_constants
-from .lowering.config import pass_config
-
 # public name -> (module, attribute in it; None for the module itself)
 _LAZY = {
     "accuracy": ("relay_ext.report.accuracy", None),  # TVM-vs-PyTorch step error
     "models": ("relay_ext.frontend.models", None),  # quantized PyTorch models: relay_ext.frontend.models.load
-    "compile": ("relay_ext.tuning", "compile_model"),  # the issue's name: relay_ext.compile
+    # the issue's name: relay_ext.compile; bench's tuned build (the never-slower rule) by default
+    "compile": ("relay_ext.deploy.build", "compile_model"),
+    "export": ("relay_ext.deploy.export", "export"),  # model.so + model.json, what bench timed
+    "load": ("relay_ext.deploy.runtime", "load"),  # an exported model.so, TVM's runtime only
+    "pass_config": ("relay_ext.lowering.config", "pass_config"),  # registers the converter
     "extract_tasks": ("relay_ext.tuning", "extract_tasks"),
     "run_module": ("relay_ext.tuning", "run_module"),
     "tune": ("relay_ext.tuning", "tune"),

@@ -1,7 +1,7 @@
 """The package layout follows the data path: no module imports a later step, and no cycles.
 
 Layers, lowest first: meta_rules -> relay_ext.frontend -> relay_ext.lowering -> relay_ext.tuning
--> relay_ext.report -> relay_ext.cli. A module may import its own layer and the layers below it
+-> relay_ext.report -> relay_ext.deploy -> relay_ext.cli. A module may import its own layer and the layers below it
 (module-level and function-level imports alike); ``relay_ext/__init__`` only wires the public names.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["meta_rules", "relay_ext.frontend", "relay_ext.lowering", "relay_ext.tuning",
-          "relay_ext.report", "relay_ext.cli"]
+          "relay_ext.report", "relay_ext.deploy", "relay_ext.cli"]
 
 
 def _module_name(path: Path) -> str:
@@ -95,7 +95,7 @@ def test_no_import_cycles():
 def test_the_tree_reads_as_the_data_path():
     packages = sorted(p.name for p in (ROOT / "relay_ext").iterdir()
                       if (p / "__init__.py").exists())
-    assert packages == ["cli", "frontend", "lowering", "report", "tuning"]
+    assert packages == ["cli", "deploy", "frontend", "lowering", "report", "tuning"]
     assert not [p.name for p in (ROOT / "relay_ext").glob("*.py") if p.name != "__init__.py"]
     for package in packages:
         doc = ast.get_docstring(ast.parse((ROOT / "relay_ext" / package / "__init__.py").read_text()))

@@ -3,6 +3,7 @@ went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import tempfile
@@ -11,12 +12,22 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
-from .commands import cmd_bench, cmd_fusion, cmd_models, cmd_tune
-from .demo import cmd_demo
 from .parser import BadInput, build_parser
 
-COMMANDS = {"models": cmd_models, "fusion": cmd_fusion, "tune": cmd_tune, "bench": cmd_bench,
-            "demo": cmd_demo}
+# command -> (module of relay_ext.cli, function): imported when the command runs, so that 'run'
+# (deploy_commands) never imports the tuning flow that commands.py and demo.py import
+COMMANDS = {"models": ("commands", "cmd_models"), "fusion": ("commands", "cmd_fusion"),
+            "tune": ("commands", "cmd_tune"), "bench": ("commands", "cmd_bench"),
+            "demo": ("demo", "cmd_demo"), "export": ("deploy_commands", "cmd_export"),
+            "run": ("deploy_commands", "cmd_run")}
+# commands whose TVM log lines are not kept in a file: 'run' needs TVM's runtime alone
+NO_NATIVE_LOG = ("models", "run")
+
+
+def command_function(name: str):
+    """The function that runs command ``name``."""
+    module, function = COMMANDS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
@@ -33,9 +44,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "demo" and args.work_dir is None:
             args.work_dir = tempfile.mkdtemp(prefix="quantfuse-demo-")
-        if verbose or args.command == "models":
-            return COMMANDS[args.command](args)
-        return _with_native_log(args, COMMANDS[args.command])
+        command = command_function(args.command)
+        if verbose or args.command in NO_NATIVE_LOG:
+            return command(args)
+        return _with_native_log(args, command)
     except SystemExit as exit_:  # --help
         return exit_.code if isinstance(exit_.code, int) else 0
     except BadInput as error:
@@ -49,14 +61,23 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as error:  # noqa: BLE001 - one line unless --verbose
         if verbose:
             traceback.print_exc()
-        from meta_rules.tvm_errors import tvm_error_message
-
-        print(f"quantfuse: failed: {tvm_error_message(error)} (rerun with --verbose for the "
+        print(f"quantfuse: failed: {_error_message(error)} (rerun with --verbose for the "
               "traceback)", file=sys.stderr)
         return EXIT_FAILED
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
+
+
+def _error_message(error: BaseException) -> str:
+    """TVM's words from ``error`` (:func:`meta_rules.tvm_errors.tvm_error_message`); its last
+    line where meta_rules cannot be imported (a 'run' process has TVM's runtime alone)."""
+    try:
+        from meta_rules.tvm_errors import tvm_error_message
+    except Exception:  # noqa: BLE001 pylint: disable=broad-except
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return (lines or [type(error).__name__])[-1][:300]
+    return tvm_error_message(error)
 
 
 def _with_native_log(args, command) -> int:

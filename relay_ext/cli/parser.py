@@ -15,6 +15,8 @@ the command line of quantfuse:
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch/ORT/OpenVINO/Inductor
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
+    quantfuse export --model resnet18 --target host --work-dir w --out model.so   # + model.json
+    quantfuse run --lib model.so --input x.npy [--out y.npy] [--repeat 20] [--rpc H:P:KEY]
 
 --model takes a built-in name, a TorchScript file (then --input-shape 1,3,224,224) or a
 quantized ONNX file (QDQ; its input shape is read from it, --input-shape fixes a dynamic one), or
@@ -86,6 +88,20 @@ COMMANDS = {
               "did not run) in interleaved rounds on the same input with "
               "the same thread count; print a table with ratios and the fastest peer, and write "
               "report.md and latency.png into the work dir."),
+    "export": ("write what bench timed as model.so + model.json (TVM runtime only)",
+               "Build the model exactly as 'quantfuse bench' builds its tuned row (the work dir's "
+               "records under the never-slower rule, timed with --threads threads; without "
+               "--work-dir: TVM's untuned build) and write it with TVM's export_library as --out "
+               "(a .so), with a .json beside it: inputs (name, shape, dtype), outputs (shape, "
+               "dtype, scale, zero point), target, versions and the records used. Both files "
+               "appear only once complete. TVM's runtime alone loads it ('quantfuse run', "
+               "relay_ext.load, or C++: docs/deploy.md)."),
+    "run": ("run an exported model.so on a .npy input (TVM runtime only)",
+            "Load a library that 'quantfuse export' wrote through TVM's runtime alone (neither "
+            "PyTorch nor Relay is imported), check the input against its .json (shape, dtype), "
+            "run it and write the output (--out, .npy) or summarise it; --repeat N prints the "
+            "median latency of N runs; --rpc runs it on a server of a TVM RPC tracker (the "
+            "library is uploaded, the output downloaded)."),
     "demo": ("the whole job on tiny_resnet, in a few minutes",
              "On the built-in tiny_resnet: fusion report (nvidia/nvidia-a100, all variants), a "
              "short tune on this machine's host target, compile, accuracy check against PyTorch "
@@ -170,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true",
                        help="print the result as one JSON object on stdout (model, target, "
                             "threads, host_flags, rows with median/min/max ms, max_steps ...)")
+    add_deploy_commands(command, model)
     demo = command("demo")
     demo.add_argument("--work-dir", default=None,
                       help="where the tuning database and report go (default: a new temp dir)")
@@ -178,3 +195,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--image-size", type=positive_int, default=32,
                       help="input image size (default 32)")
     return parser
+
+
+def add_deploy_commands(command, model) -> None:
+    """``export`` and ``run`` (issue 30): ``command(name, *parents)`` adds a subcommand."""
+    export = command("export", model)
+    export.add_argument("--out", required=True, help="the library to write (a .so); its "
+                        "description goes beside it with .json (model.so -> model.json)")
+    export.add_argument("--work-dir", default=None,
+                        help="a work dir that 'quantfuse tune' filled (default: none, TVM's "
+                             "untuned build, as bench's 'TVM untuned' row)")
+    export.add_argument("--variant", default="ours", help="rule set it was tuned with "
+                        "(default ours)")
+    export.add_argument("--threads", type=positive_int, default=None,
+                        help="threads the never-slower rule times each task with, as bench "
+                             "(default: all CPUs)")
+    export.add_argument("--keep-slower-records", action="store_true",
+                        help="every task with its best record, as bench --keep-slower-records")
+    run = command("run")
+    run.add_argument("--lib", required=True, help="the .so that 'quantfuse export' wrote (its "
+                     ".json beside it)")
+    run.add_argument("--input", required=True, help="the input as a NumPy .npy file of the "
+                     "shape and dtype in the .json")
+    run.add_argument("--out", default=None, help="write the (first) output here as .npy "
+                     "(default: print a summary of it)")
+    run.add_argument("--repeat", type=positive_int, default=None,
+                     help="time N runs and print the median latency")
+    run.add_argument("--rpc", metavar="HOST:PORT:KEY", default=None,
+                     help="run on a server registered under KEY with the TVM RPC tracker at "
+                          "HOST:PORT (default: here)")

@@ -1,0 +1,97 @@
+"""The builds ``quantfuse bench`` times, made for export and for ``relay_ext.compile``.
+
+    lib = compile_model(database, mod, params, target)       # bench's "TVM tuned" row
+    built = tuned_build(database, mod, params, target)       # the same, with the choice made
+    lib = untuned_build(mod, params, target)                 # bench's "TVM untuned" row
+
+The tuned build applies the never-slower rule as bench does
+(:mod:`relay_ext.tuning.never_slower`): each workload's fastest buildable record, less those whose
+task ran slower here than TVM's default schedule of the task, timed on a thread whose TVM pool
+has ``threads`` workers (default: every CPU, bench's default). The choice is a measurement, so
+two builds of the same database on a busy machine can differ in which tasks keep their record;
+:class:`TunedBuild` says which did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import List, Mapping, Optional
+
+import tvm
+from tvm import meta_schedule as ms
+
+from meta_rules.rule_sets import TargetLike, check_variant
+
+from ..lowering.config import BUILD_OPTIONS
+from ..lowering.targets import check_runs_here, normalize_target
+from ..report.accuracy import build_untuned
+from ..report.latency import with_tvm_threads
+from ..tuning.build import build_with_records
+from ..tuning.never_slower import TaskVsDefault, compile_never_slower
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TunedBuild:
+    """A tuned build and how it was chosen: the compiled module (graph executor factory), the
+    thread count the never-slower rule timed with (None: the rule was not applied) and its
+    comparisons (one per task with a record)."""
+
+    lib: tvm.runtime.Module
+    threads: Optional[int]
+    comparisons: List[TaskVsDefault]
+
+    @property
+    def defaults(self) -> List[str]:
+        """The tasks compiled with TVM's default schedule because their record ran slower."""
+        return [c.task for c in self.comparisons if c.uses_default]
+
+
+def default_threads(threads: Optional[int] = None) -> int:
+    """``threads``, else bench's default: every CPU of this machine."""
+    return int(threads or os.cpu_count() or 1)
+
+
+def tuned_build(database: ms.Database, mod: tvm.IRModule,
+                params: Optional[Mapping[str, tvm.nd.NDArray]], target: TargetLike,
+                variant: str = "ours", threads: Optional[int] = None,
+                never_slower: bool = True) -> TunedBuild:
+    """Bench's tuned build of ``mod`` with ``database``'s records (see the module doc);
+    ``never_slower=False``: every workload's fastest buildable record, as ``bench
+    --keep-slower-records`` builds it. Works on a copy of ``mod``."""
+    target, variant = normalize_target(target), check_variant(variant)
+    if not never_slower:
+        return TunedBuild(build_with_records(database, mod, params, target, variant), None, [])
+    check_runs_here(target)  # the rule times code: code this CPU cannot run would kill us
+    threads = default_threads(threads)
+    lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
+        database, mod, params, target, variant))
+    for comparison in kept.defaults:
+        logger.info("TVM's default schedule kept: %s", comparison)
+    return TunedBuild(lib, threads, list(kept.comparisons))
+
+
+def compile_model(database: ms.Database, mod: tvm.IRModule,
+                  params: Optional[Mapping[str, tvm.nd.NDArray]], target: TargetLike,
+                  variant: str = "ours", never_slower: bool = True,
+                  threads: Optional[int] = None) -> tvm.runtime.Module:
+    """``relay_ext.compile``: the Relay module built with ``database``'s tuned records, as
+    ``quantfuse bench`` builds its tuned row (graph executor factory). ``never_slower`` (the
+    default): a task whose best record runs slower here than TVM's default schedule of the task,
+    both timed with ``threads`` threads (default every CPU), is compiled with the default; pass
+    ``never_slower=False`` for every workload's fastest buildable record
+    (:func:`relay_ext.tuning.compile_model`, no timing). The never-slower rule runs code, so
+    ``target`` must run on this machine (else
+    :class:`relay_ext.lowering.targets.TargetNotRunnable`)."""
+    return tuned_build(database, mod, params, target, variant, threads, never_slower).lib
+
+
+def untuned_build(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                  target: TargetLike) -> tvm.runtime.Module:
+    """Bench's "TVM untuned" build: ``relay.build`` at opt level 3 with quantfuse's build
+    options and TOPI's default schedules (no database)."""
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        return build_untuned(mod, params, normalize_target(target))
