@@ -1,5 +1,7 @@
 """The entry point: parse, run the command with TVM's native log lines kept in a file, map what
-went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted)."""
+went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted). A TVM failure
+that no input explains says "this is a quantfuse bug" and, when it was wrapped as a
+:class:`~meta_rules.tvm_errors.QuantfuseBug`, the op, task or step it struck."""
 
 from __future__ import annotations
 
@@ -49,10 +51,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as error:  # noqa: BLE001 - one line unless --verbose
         if verbose:
             traceback.print_exc()
-        from meta_rules.tvm_errors import tvm_error_message
+        from meta_rules.tvm_errors import bug_line
 
-        print(f"quantfuse: failed: {tvm_error_message(error)} (rerun with --verbose for the "
-              "traceback)", file=sys.stderr)
+        print(f"quantfuse: failed: {bug_line(error)} (rerun with --verbose for the traceback)",
+              file=sys.stderr)
         return EXIT_FAILED
     finally:
         root.removeHandler(handler)

@@ -143,6 +143,12 @@ def load_model(args):
         return models.load(args.model, image_size=args.image_size, layout=args.layout)
     except (ValueError, FileNotFoundError) as error:
         raise BadInput(str(error).splitlines()[0]) from None
+    except Exception as error:  # a TVM check failure past the checks of the input: ours
+        from meta_rules.tvm_errors import QuantfuseBug, is_tvm_failure
+
+        if is_tvm_failure(error):
+            raise QuantfuseBug(f"importing {args.model}", error) from error
+        raise
 
 
 def _pt2e_model(args):
