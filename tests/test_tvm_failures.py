@@ -76,32 +76,28 @@ def test_the_fusion_report_goes_on_when_its_measure_fails_on_one_task(tmp_path, 
 
     monkeypatch.setattr(fusion, "global_intermediates", fails_on_the_first_task)
     markdown = tmp_path / "fusion.md"
-    args = ["fusion", *TINY, "--target", LLVM, "--variants", "ours"]
-    assert cli.main([*args, "--out", str(markdown)]) == 0
-    out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("fused_")]
-    failed = [line for line in rows if "failed [1]" in line]
-    assert len(failed) == 1, out
-    failed_task = failed[0].split()[0].removesuffix("...")  # the table cuts long names
-    measured_rows = [line for line in rows if re.search(r"\s\d+ \(\d", line)]
-    assert len(measured_rows) == len(rows) - 1 >= 3, out  # every other task was measured
-    assert re.search(r"TOTAL\s+\d+ tasks.*; 1 failed", out), out
-    note = [line for line in out.splitlines() if line.startswith("[1] ")]
-    assert len(note) == 1 and "the fusion measure failed on task " + failed_task in note[0], out
-    assert "this is a quantfuse bug" in note[0] and "Check failed" in note[0], note
-    assert "Traceback" not in out
-    text = markdown.read_text()
-    assert "| failed [1] |" in text and "- [1] the fusion measure failed on task fused_" in text, text
-
-    calls.clear()
-    assert cli.main([*args, "--json"]) == 0
+    # One run: --json on stdout, the table (fusion_rows and failure_notes, as printed) in --out.
+    assert cli.main(["fusion", *TINY, "--target", LLVM, "--variants", "ours", "--json",
+                     "--out", str(markdown)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["totals"]["ours"]["tasks_failed"] == 1
+    failed_task = report["tasks"][0]["name"]
     first = report["tasks"][0]["variants"]["ours"]
-    assert report["tasks"][0]["name"].startswith(failed_task)
     assert first["failed_in"] == "measure" and "design space 1 of" in first["failed"]
     assert "Check failed" in first["failed"]
-    assert all(t["variants"]["ours"]["failed"] is None for t in report["tasks"][1:])
+    others = [t["variants"]["ours"] for t in report["tasks"][1:]]
+    assert len(others) >= 3 and all(v["failed"] is None and v["spaces"] for v in others), others
+
+    text = markdown.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| fused_")]
+    failed = [line for line in rows if "| failed [1] |" in line]
+    assert len(failed) == 1 and failed_task[:57] in failed[0], text  # the table cuts long names
+    assert sum(bool(re.search(r"\| \d+ \(\d", line)) for line in rows) == len(rows) - 1, text
+    assert re.search(r"\| TOTAL \| \d+ tasks \| .*; 1 failed", text), text
+    note = [line for line in text.splitlines() if line.startswith("- [1] ")]
+    assert len(note) == 1 and f"the fusion measure failed on task {failed_task} " in note[0], text
+    assert "this is a quantfuse bug" in note[0] and "Check failed" in note[0], note
+    assert "Traceback" not in text
 
 
 def test_a_tvm_check_failure_at_import_is_one_line_naming_the_op(capsys, monkeypatch):
@@ -134,3 +130,28 @@ def test_a_tvm_check_failure_extracting_tasks_names_the_step(capsys, monkeypatch
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "extracting the tuning tasks (variant ours)" in lines[0], lines[0]
     assert "Check failed" in lines[0] and "this is a quantfuse bug" in lines[0], lines[0]
+
+
+def test_the_printed_table_marks_a_failed_measure_apart_from_a_failed_design_space(capsys):
+    from relay_ext.cli.commands import print_fusion_table
+    from relay_ext.report.fusion import DESIGN_SPACE, MEASURE, FusionReport, TaskFusion, VariantResult
+
+    measured = VariantResult(1, 2048, ["conv"], 2)
+    no_space = VariantResult(0, 0, [], 0, "failed after 9 attempts", failed="ScheduleError: x",
+                             failed_in=DESIGN_SPACE)
+    no_measure = VariantResult(0, 0, [], 3, "ok", failed="design space 2 of 3: InternalError: "
+                               "Check failed: y", failed_in=MEASURE)
+    report = FusionReport("cuda", ["ours"], [
+        TaskFusion("fused_nn_conv2d_add", "nn.conv2d", 1.0, {"ours": measured}),
+        TaskFusion("fused_layout_transform", "layout (injective)", 1.0, {"ours": no_space}),
+        TaskFusion("fused_take_multiply", "take (injective)", 2.0, {"ours": no_measure})])
+    print_fusion_table(report)
+    out = capsys.readouterr().out
+    assert re.search(r"fused_nn_conv2d_add\s+nn\.conv2d\s+1 \(2\.0 KiB\)", out), out
+    assert re.search(r"fused_layout_transform\s+.*failed \[1\]", out), out
+    assert re.search(r"fused_take_multiply\s+.*failed \[2\]", out), out
+    assert re.search(r"TOTAL\s+3 tasks\s+1 \(2\.0 KiB\) in 1 tasks; 2 failed", out), out
+    assert "[1] TVM could not generate design spaces" in out and "ScheduleError: x" in out, out
+    assert ("[2] the fusion measure failed on task fused_take_multiply (this is a quantfuse bug; "
+            "rerun with --verbose for the traceback): design space 2 of 3: InternalError: Check "
+            "failed: y") in out, out

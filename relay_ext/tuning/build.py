@@ -17,7 +17,7 @@ from tvm.target import Target
 from meta_rules.rule_sets import TargetLike, check_variant
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering import cached_libinfo, vnni_intrinsics
+from ..lowering import cached_libinfo, table_lookup_index, vnni_intrinsics
 from ..lowering.config import pass_config
 from ..lowering.targets import normalize_target
 from .compilable_records import compilable_records
@@ -27,6 +27,8 @@ from .compilable_records import compilable_records
 vnni_intrinsics.install()
 # Relay's TE compiler reads TVM's build settings once per process instead of once per dimension.
 cached_libinfo.install()
+# QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps (issue 32)
+table_lookup_index.register()
 
 
 def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
