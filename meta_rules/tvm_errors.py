@@ -78,6 +78,21 @@ def is_tvm_failure(error: BaseException) -> bool:
     return isinstance(error, TVMError) and type(error).__name__ not in _ENVIRONMENT_ERRORS
 
 
+def check_failure(error: BaseException) -> Optional[BaseException]:
+    """The TVM check failure (``InternalError`` or "Check failed") that ``error`` is or was raised
+    from, else None: a frontend that wraps TVM's failure in its own ValueError stays a bug, an op
+    TVM does not implement (``OpNotImplemented``) stays the user's limit."""
+    from tvm.error import InternalError  # pylint: disable=import-outside-toplevel
+
+    seen = error
+    while seen is not None:
+        if isinstance(seen, InternalError) or (
+                is_tvm_failure(seen) or isinstance(seen, ValueError)) and "Check failed" in str(seen):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def tvm_error_site(error: BaseException) -> str:
     """``src/<file>:<line>`` of TVM's source where ``error`` was raised (its last ``File`` line),
     or ``""`` when the error does not say."""

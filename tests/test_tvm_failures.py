@@ -155,3 +155,29 @@ def test_the_printed_table_marks_a_failed_measure_apart_from_a_failed_design_spa
     assert ("[2] the fusion measure failed on task fused_take_multiply (this is a quantfuse bug; "
             "rerun with --verbose for the traceback): design space 2 of 3: InternalError: Check "
             "failed: y") in out, out
+
+
+def test_a_check_failure_the_frontend_wrapped_is_a_bug_and_an_unsupported_op_is_the_users(
+        capsys, monkeypatch):
+    def wrapped_check_failure(*_args, **_kwargs):
+        try:
+            _per_channel_scale_type_check()
+        except tvm.error.TVMError as error:
+            raise ValueError("TVM's ONNX frontend could not import 'net': InternalError") from error
+
+    monkeypatch.setattr(models, "load", wrapped_check_failure)
+    assert cli.main(["fusion", *TINY, "--target", LLVM]) == cli.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "importing tiny_resnet: Relay op qnn.conv2d" in err and "quantfuse bug" in err, err
+
+    def unsupported(*_args, **_kwargs):
+        try:
+            raise tvm.error.OpNotImplemented("The following operators are not supported: Foo")
+        except tvm.error.TVMError as error:
+            raise ValueError("TVM's ONNX frontend could not import 'net': Foo") from error
+
+    monkeypatch.setattr(models, "load", unsupported)
+    assert cli.main(["fusion", *TINY, "--target", LLVM]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "quantfuse: error: TVM's ONNX frontend could not import 'net': Foo" in err, err
+    assert "quantfuse bug" not in err
