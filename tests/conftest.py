@@ -71,8 +71,8 @@ SLOW_TESTS = [
     ("test_never_slower.py", "test_a_record_slower_than_the_default_is_dropped"),
     ("test_never_slower.py", "test_the_model_compiled_under_the_rule_is_the_default_build"),
     ("test_vnni_conv_schedule.py", "test_vnni_conv_has_independent_accumulators_and_exact_outputs"),
-    # issue 32: ORT-quantized EfficientNet-style QDQ net, A100 fusion 119 s + 137 s, host tune 204 s
-    # (2 shared cores at load ~8, 2026-12-02)
+    # issue 32: ORT-quantized EfficientNet-style QDQ net, A100 fusion 52 s + 64 s, host tune and
+    # compile 146 s (2 shared cores at load ~6, 2026-12-02)
     ("test_cli_third_party_qdq.py", "test_fusion_on_the_a100_measures_every_task"),
     ("test_cli_third_party_qdq.py", "test_a_small_tune_on_the_host_matches_onnx_runtime"),
 ]
