@@ -4,6 +4,9 @@
   QDQ with ONNX Runtime (:func:`qdq_onnx`).
 * :class:`MobileNetV2Style` (and :class:`ResidualConvNet`): quantized with PT2E, torch.export and
   torchao (:func:`pt2e_program`), and with FX graph mode for the same network's TorchScript.
+* :class:`SwishEfficientNet`: EfficientNet-B0 as a third party writes it (swish as
+  ``x * sigmoid(x)``, squeeze-excitation, batch norms as modules of their own), for ONNX Runtime's
+  QDQ quantization (:func:`qdq_onnx`).
 * :class:`EfficientNetStyle`: quantized with PyTorch's FX graph mode (:func:`fx_quantized_torchscript`)
   the way efficientnet-pytorch's EfficientNet-B0 is: its convs pad "same" in their own
   ``forward`` (``Conv2dStaticSamePadding``), so FX sees functional convs and leaves the batch
@@ -116,6 +119,62 @@ class EfficientNetStyle(nn.Module):
         y = self.depthwise_act(self.depthwise_bn(self.depthwise(x)))
         y = self.project_bn(self.project(self.se(y)))
         x = self.head_act(self.head_bn(self.head(x + y)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Swish(nn.Module):
+    """``x * sigmoid(x)`` written out, as EfficientNet code written before ``nn.SiLU`` does (ONNX:
+    Sigmoid and Mul)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)
+
+
+class MBConv(nn.Module):
+    """EfficientNet's block as a third party writes it: 1x1 expansion conv, BatchNorm2d, swish (no
+    expansion when ``expand == 1``), depthwise 3x3 conv, BatchNorm2d, swish, squeeze-excitation
+    (pool, 1x1 conv, swish, 1x1 conv, sigmoid, mul), 1x1 projection conv, BatchNorm2d, residual
+    add when the shape allows. The batch norms are modules of their own (not fused by the
+    author); the exporter and ONNX Runtime's pre-processing fold them as they would a user's."""
+
+    def __init__(self, channels_in: int, channels_out: int, expand: int, stride: int) -> None:
+        super().__init__()
+        hidden = channels_in * expand
+        self.expand = None if expand == 1 else nn.Sequential(
+            nn.Conv2d(channels_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), Swish())
+        self.depthwise = nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)
+        self.depthwise_bn, self.act = nn.BatchNorm2d(hidden), Swish()
+        reduced = max(1, channels_in // 4)
+        self.se_reduce, self.se_expand = nn.Conv2d(hidden, reduced, 1), nn.Conv2d(reduced, hidden, 1)
+        self.project = nn.Conv2d(hidden, channels_out, 1, bias=False)
+        self.project_bn = nn.BatchNorm2d(channels_out)
+        self.residual = stride == 1 and channels_in == channels_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x if self.expand is None else self.expand(x)
+        y = self.act(self.depthwise_bn(self.depthwise(y)))
+        gate = self.se_expand(self.act(self.se_reduce(F.adaptive_avg_pool2d(y, 1))))
+        y = self.project_bn(self.project(y * torch.sigmoid(gate)))
+        return x + y if self.residual else y
+
+
+class SwishEfficientNet(nn.Module):
+    """A small EfficientNet-B0 as a third party writes it (issue 32): stem conv-bn-swish (stride
+    2), an MBConv without expansion and with its residual add, an MBConv with expansion 4 and
+    stride 2, a 1x1 head conv-bn-swish, global average pool, linear classifier."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1, bias=False),
+                                  nn.BatchNorm2d(channels), Swish())
+        self.blocks = nn.Sequential(MBConv(channels, channels, 1, 1),
+                                    MBConv(channels, 2 * channels, 4, 2))
+        self.head = nn.Sequential(nn.Conv2d(2 * channels, 4 * channels, 1, bias=False),
+                                  nn.BatchNorm2d(4 * channels), Swish())
+        self.classifier = nn.Linear(4 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.head(self.blocks(self.stem(x)))
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 

@@ -142,7 +142,18 @@ def load_model(args):
                 layout=args.layout)
         return models.load(args.model, image_size=args.image_size, layout=args.layout)
     except (ValueError, FileNotFoundError) as error:
+        from meta_rules.tvm_errors import QuantfuseBug, check_failure
+
+        failed = check_failure(error)  # a TVM check failure under the frontend's ValueError: ours
+        if failed is not None:
+            raise QuantfuseBug(f"importing {args.model}", failed) from error
         raise BadInput(str(error).splitlines()[0]) from None
+    except Exception as error:  # a TVM check failure past the checks of the input: ours
+        from meta_rules.tvm_errors import QuantfuseBug, is_tvm_failure
+
+        if is_tvm_failure(error):
+            raise QuantfuseBug(f"importing {args.model}", error) from error
+        raise
 
 
 def _pt2e_model(args):

@@ -9,6 +9,8 @@
 * :mod:`.inline_vector_lets`, :mod:`.vnni_intrinsics` -- workarounds that make TVM 0.19 build
   with the LLVM 22 this wheel links;
 * :mod:`.cached_libinfo` -- Relay's lowering reads TVM's build settings once, not per dimension;
+* :mod:`.table_lookup_index` -- QNN table lookups (sigmoid, hardswish ...) indexed in int32, not
+  in the uint8 whose covering range wraps in TVM's arithmetic;
 * :mod:`.vnni_conv_schedule` -- TOPI's default VNNI conv with independent accumulators;
 * :mod:`.amx`, :mod:`.amx_permission`, :mod:`.amx_layout` -- AMX: the kernel's tile-data
   permission, which targets keep AMX, the 64-channel conv layout (the rule itself is

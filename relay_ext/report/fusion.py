@@ -12,6 +12,7 @@ read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -27,9 +28,16 @@ from meta_rules.resilient_space_generator import (
     ResilientPostOrderApply,
 )
 from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.tvm_errors import QuantfuseBug, is_tvm_failure, tvm_error_message
 
 from ..lowering.targets import normalize_target
 from ..tuning.tasks import lowered_tasks
+
+
+logger = logging.getLogger(__name__)
+
+DESIGN_SPACE = "design space"  # no design space could be generated (TVM's rules)
+MEASURE = "measure"            # the spaces were generated; the fusion measure failed on one
 
 
 @dataclasses.dataclass
@@ -41,7 +49,8 @@ class VariantResult:
     buffers: List[str]          # the buffers of the space with the most intermediates
     spaces: int                 # number of design spaces generated
     generation: str = "ok"      # how the spaces were generated (ResilientPostOrderApply's outcome)
-    failed: Optional[str] = None  # TVM's reason when no design space could be generated
+    failed: Optional[str] = None  # TVM's reason when the task could not be reported
+    failed_in: Optional[str] = None  # where it failed: DESIGN_SPACE or MEASURE
 
 
 @dataclasses.dataclass
@@ -104,12 +113,13 @@ def fusion_report(
     reach the TIR) and paired by position (the task list is the same); each variant's design
     spaces are generated for its own TIR, as a tune generates them
     (:class:`ResilientPostOrderApply`: other random states, then without the failing rule). A
-    task whose spaces cannot be generated at all is reported as failed with TVM's reason, and the
-    report goes on with the other tasks.
+    task whose spaces cannot be generated at all, or whose spaces the fusion measure fails on
+    (:func:`_measure`), is reported as failed with TVM's reason, and the report goes on with the
+    other tasks.
     """
     variants = [check_variant(v) for v in variants]
     target = normalize_target(target)
-    per_variant = {v: lowered_tasks(mod, params, target, v) for v in variants}
+    per_variant = {v: _tasks(mod, params, target, v) for v in variants}
     tasks = per_variant[variants[0]]
     for variant, others in per_variant.items():
         if [t.task_name for t in others] != [t.task_name for t in tasks]:
@@ -123,24 +133,25 @@ def fusion_report(
             spaces, outcome = _design_spaces(task_mod, target, variant, rand_state, task.task_name)
             if spaces is None:
                 results[variant] = VariantResult(0, 0, [], 0, outcome.describe(),
-                                                 failed=_first_reason(outcome))
+                                                 failed=_first_reason(outcome),
+                                                 failed_in=DESIGN_SPACE)
                 continue
-            per_space = []
-            for space in spaces:
-                names = fusion.global_intermediates(space.mod)
-                sizes = _buffer_bytes(space.mod)
-                per_space.append((names, sum(2 * sizes.get(n, 0) for n in names)))
-            worst = max(per_space, key=lambda p: (len(p[0]), p[1]), default=([], 0))
-            results[variant] = VariantResult(
-                intermediates=len(worst[0]),
-                bytes=max((p[1] for p in per_space), default=0),
-                buffers=sorted(worst[0]),
-                spaces=len(spaces),
-                generation=outcome.describe(),
-            )
+            results[variant] = _measure(spaces, outcome.describe(), task.task_name, variant)
         rows.append(TaskFusion(task.task_name, anchor_op(task.dispatched[0], task.task_name),
                                float(task.weight), results))
     return FusionReport(str(target), variants, rows)
+
+
+def _tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+           target: tvm.target.Target, variant: str) -> list:
+    """The tuning tasks under ``variant``; a TVM failure in Relay's lowering of the imported module
+    is no fault of the user's: a :class:`QuantfuseBug` naming the step (and op when TVM says)."""
+    try:
+        return lowered_tasks(mod, params, target, variant)
+    except Exception as error:
+        if is_tvm_failure(error):
+            raise QuantfuseBug(f"extracting the tuning tasks (variant {variant})", error) from error
+        raise
 
 
 def _design_spaces(mod: tvm.IRModule, target: tvm.target.Target, variant: str, rand_state: int,
@@ -154,6 +165,26 @@ def _design_spaces(mod: tvm.IRModule, target: tvm.target.Target, variant: str, r
         return list(context.generate_design_space()), space.outcome
     except DesignSpaceGenerationError:
         return None, space.outcome
+
+
+def _measure(spaces: List[tir.Schedule], generation: str, task_name: str,
+             variant: str) -> VariantResult:
+    """The worst of ``spaces`` by the fusion measure; a task whose measure fails on any space
+    (TVM's lowering passes raising, say) is failed with the reason, and the caller goes on."""
+    per_space = []
+    for index, space in enumerate(spaces):
+        try:
+            names = fusion.global_intermediates(space.mod)
+        except Exception as error:  # noqa: BLE001 - one task's failure is reported, not raised
+            reason = f"design space {index + 1} of {len(spaces)}: {tvm_error_message(error)}"
+            logger.warning("fusion measure failed on task %s (%s): %s", task_name, variant, reason,
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
+            return VariantResult(0, 0, [], len(spaces), generation, failed=reason, failed_in=MEASURE)
+        sizes = _buffer_bytes(space.mod)
+        per_space.append((names, sum(2 * sizes.get(n, 0) for n in names)))
+    worst = max(per_space, key=lambda p: (len(p[0]), p[1]), default=([], 0))
+    return VariantResult(intermediates=len(worst[0]), bytes=max((p[1] for p in per_space), default=0),
+                         buffers=sorted(worst[0]), spaces=len(spaces), generation=generation)
 
 
 def _first_reason(outcome: GenerationOutcome) -> str:

@@ -1,5 +1,6 @@
 """The fusion report as a table: one row per task, a TOTAL row, and TVM's reasons for the tasks
-whose design spaces could not be generated (a failed cell points at its reason: ``failed [1]``).
+whose design spaces could not be generated or measured (a failed cell points at its reason:
+``failed [1]``).
 
     print(text_table(FUSION_HEADER(report), fusion_rows(report)))
     Path("fusion.md").write_text(fusion_markdown(report, "resnet50 (NCHW)"))
@@ -7,9 +8,9 @@ whose design spaces could not be generated (a failed cell points at its reason: 
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
-from .fusion import FusionReport, VariantResult
+from .fusion import DESIGN_SPACE, FusionReport, VariantResult
 from .tables import markdown_table
 
 
@@ -26,16 +27,30 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def failure_reasons(report: FusionReport) -> List[str]:
-    """TVM's reasons for the tasks whose design spaces failed, each once, in table order."""
-    reasons = [task.variants[v].failed for task in report.tasks for v in report.variants]
+def failure_reasons(report: FusionReport) -> List[Tuple[str, str]]:
+    """``(where, TVM's reason)`` for the tasks that failed, each once, in table order; ``where`` is
+    :data:`~relay_ext.report.fusion.DESIGN_SPACE` or :data:`~relay_ext.report.fusion.MEASURE`."""
+    reasons = [_failure(task.variants[v]) for task in report.tasks for v in report.variants]
     return list(dict.fromkeys(r for r in reasons if r is not None))
 
 
 def failure_notes(report: FusionReport) -> List[str]:
-    """``[n] <why>`` for each of :func:`failure_reasons`."""
-    return [f"[{n}] TVM could not generate design spaces (tried other random states and without "
-            f"the failing rule): {reason}" for n, reason in enumerate(failure_reasons(report), 1)]
+    """``[n] <why>`` for each of :func:`failure_reasons`, naming the tasks it struck."""
+    notes = []
+    for n, (where, reason) in enumerate(failure_reasons(report), 1):
+        tasks = list(dict.fromkeys(task.name for task in report.tasks for v in report.variants
+                                   if _failure(task.variants[v]) == (where, reason)))
+        if where == DESIGN_SPACE:
+            notes.append(f"[{n}] TVM could not generate design spaces (tried other random states "
+                         f"and without the failing rule): {reason}")
+        else:
+            notes.append(f"[{n}] the fusion measure failed on task {', '.join(tasks)} (this is a "
+                         f"quantfuse bug; rerun with --verbose for the traceback): {reason}")
+    return notes
+
+
+def _failure(result: VariantResult):
+    return None if result.failed is None else (result.failed_in or DESIGN_SPACE, result.failed)
 
 
 def fusion_rows(report: FusionReport) -> List[List[str]]:
@@ -45,7 +60,7 @@ def fusion_rows(report: FusionReport) -> List[List[str]]:
 
     def cell(result: VariantResult) -> str:
         if result.failed is not None:
-            return f"failed [{reasons.index(result.failed) + 1}]"
+            return f"failed [{reasons.index(_failure(result)) + 1}]"
         return f"{result.intermediates} ({human_bytes(result.bytes)})"
 
     rows = [[task.name if len(task.name) <= 60 else task.name[:57] + "...", task.anchor]

@@ -17,7 +17,7 @@ from tvm.target import Target
 from meta_rules.rule_sets import check_variant
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering import cached_libinfo, x86_codegen
+from ..lowering import cached_libinfo, table_lookup_index, x86_codegen
 from ..lowering.config import pass_config
 from ..lowering.targets import TargetOrHost, normalize_target
 from .compilable_records import compilable_records
@@ -28,6 +28,8 @@ from .compilable_records import compilable_records
 x86_codegen.install()
 # Relay's TE compiler reads TVM's build settings once per process instead of once per dimension.
 cached_libinfo.install()
+# QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps (issue 32)
+table_lookup_index.register()
 
 
 def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
