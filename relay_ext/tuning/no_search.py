@@ -252,10 +252,18 @@ def task_design(task: ms.ExtractedTask, target: Target, variant: str, seed: int 
     space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant), retry_seeds=2)
     context = ms.TuneContext(mod=workload, target=target, space_generator=space,
                              task_name=task.task_name, rand_state=seed)
+    return context_design(context)
+
+
+def context_design(context: ms.TuneContext) -> TaskDesign:
+    """:func:`task_design` for a TuneContext whose space generator carries the rules (as
+    ``tune``'s contexts do: their design spaces, generated once, are reused)."""
+    workload, target = context.mod, context.target
+    space = context.space_generator
     try:
         spaces = list(context.generate_design_space())
     except DesignSpaceGenerationError as error:
-        return TaskDesign(task.task_name, workload, None, f"no design space ({error})")
+        return TaskDesign(context.task_name, workload, None, f"no design space ({error})")
     failures = []
     for design in _design_order(spaces):
         kind = _describe(design.trace)
@@ -268,10 +276,10 @@ def task_design(task: ms.ExtractedTask, target: Target, variant: str, seed: int 
             failures.append(tvm_error_message(error) if isinstance(error, tvm.TVMError)
                             else str(error))
             continue
-        return TaskDesign(task.task_name, workload, final, kind)
+        return TaskDesign(str(context.task_name), workload, final, kind)
     why = (f"every design failed ({failures[0][:160]})" if failures
            else "no rule decides it: TVM's default")
-    return TaskDesign(task.task_name, workload, None, why)
+    return TaskDesign(str(context.task_name), workload, None, why)
 
 
 def no_search_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
