@@ -35,9 +35,9 @@ def test_largest_divisor_and_register_caps():
     assert [largest_divisor(e, 8) for e in (56, 28, 7, 1, 13)] == [8, 7, 7, 1, 1]
     avx512 = tvm.target.Target(VNNI)
     avx2 = tvm.target.Target(AVX2)
-    # 32 zmm registers: 8 accumulators on the innermost loop, 24 // 8 = 3 on the next
-    assert register_caps(avx512, tensorized=True) == (8, 3)
-    assert register_caps(avx2, tensorized=True) == (4, 3)  # 16 ymm registers
+    # one accumulator per intrinsic call: all registers but 4 on the innermost loop
+    assert register_caps(avx512, tensorized=True) == (28, 1)  # 32 zmm registers
+    assert register_caps(avx2, tensorized=True) == (12, 1)  # 16 ymm registers
     assert register_caps(avx512, tensorized=False) == (16, 16)  # one vector of int32
     assert register_caps(avx2, tensorized=False) == (8, 8)
 
@@ -46,14 +46,15 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
     # ResNet's 28x28 VNNI conv: n, oc chunks, oh, ow, oc block | kh, kw, ic blocks, ic, ic lanes
     loops = [(1, 4, 64), (8, 4, 64), (28, 4, 64), (28, 4, 64), (1, 4, 64),
              (3, 2, 64), (3, 2, 64), (2, 2, 64), (16, 2, 64), (1, 2, 64)]
-    decisions = tile_decisions(loops, (8, 3))
+    decisions = tile_decisions(loops, (12, 2))
     for (extent, n, _), factors in zip(loops, decisions):
         assert len(factors) == n and int(np.prod(factors)) == extent
-    assert decisions[3] == [4, 1, 1, 7]      # ow: the largest divisor of 28 up to 8
-    assert decisions[2] == [14, 1, 1, 2]     # oh: up to 3 accumulators per column
-    assert decisions[1] == [8, 1, 1, 1]      # the register budget is spent
-    assert decisions[5] == [3, 1]            # the outermost reduction loop stays outside
-    assert decisions[6] == [1, 3] and decisions[8] == [1, 16]  # the rest inside the tile
+    assert decisions[3] == [4, 1, 1, 7]      # ow: the largest divisor of 28 up to 12
+    assert decisions[2] == [14, 1, 1, 2]     # oh: up to the second cap
+    assert decisions[1] == [8, 1, 1, 1]      # no cap left
+    # every reduction loop whole inside the register tile's loop
+    assert [decisions[i] for i in range(5, 10)] == [[1, 3], [1, 3], [1, 2], [1, 16], [1, 1]]
+    assert tile_decisions([(128, 2, 64)], (28, 1)) == [[2, 64]]  # bounded by max_innermost
 
 
 def _context(mod, target):
@@ -92,10 +93,13 @@ def test_the_amx_design_is_the_amx_rules_and_builds_for_amx():
     design = context_design(_context(mod, AMX))
     assert design.design == "amx"
     assert "quantfuse_amx_conv3x3_m2_r8_k1" in str(design.trace)
-    scheduled = _scheduled(design)
-    tvm.build(scheduled, target=AMX)  # LLVM selects the tile instructions
+    tvm.build(_scheduled(design), target=AMX)  # LLVM selects the tile instructions
+
+
+def test_the_amx_design_matches_numpy_on_an_amx_host():
     if targets.missing_features(AMX) or not request_amx_tile_data():
-        pytest.skip("built for AMX; running it needs a host whose OS enables AMX int8")
+        pytest.skip("needs a host whose OS enables AMX int8 and grants tile data")
+    scheduled = _scheduled(context_design(_context(conv_module(channels=64, height=8), AMX)))
     rng = np.random.default_rng(1)
     data = rng.integers(0, 256, (1, 1, 8, 8, 64)).astype("uint8")
     weight = rng.integers(-128, 128, (4, 1, 3, 3, 16, 16, 4)).astype("int8")
@@ -133,3 +137,33 @@ def test_a_task_no_rule_decides_has_no_record(tiny):
     (reshape,) = [t for t in tasks if "reshape" in t.task_name]
     design = task_design(reshape, target, "ours")
     assert not design.has_record and "TVM's default" in design.design
+
+
+def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
+    """Issue 29: a tune's first candidate per task is its no-search schedule, measured by the
+    tune's runner and counted in the budget; a resumed tune measures none again."""
+    import json
+
+    from relay_ext.tuning import tune
+
+    target = needs(AVX2)
+    work_dir = tmp_path / "w"
+    database = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=6, seed=0)
+    summary = json.loads((work_dir / "tuning_summary.json").read_text())
+    seeded = summary["first_candidates"]
+    assert seeded >= 2  # tiny_resnet's two convs at least (the dense too, budget permitting)
+    assert summary["records"] <= 6  # one trial each: the budget holds them
+    tasks = extract_tasks(tiny32.mod, tiny32.params, target)
+    convs = [t for t in tasks if "conv2d" in t.task_name]
+    for task in convs:
+        expected = str(task_design(task, target, "ours").trace)
+        records = [r for r in database.get_all_tuning_records()
+                   if tvm.ir.structural_equal(r.workload.mod, task.dispatched[0])]
+        assert any(str(r.trace) == expected for r in records), task.task_name
+        # measured by the runner: a real time, not the unmeasured placeholder
+        times = [float(np.mean([float(s) for s in r.run_secs])) for r in records
+                 if str(r.trace) == expected]
+        assert all(0 < t < UNMEASURED_RUN_SECS for t in times)
+    again = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=2, seed=0)
+    assert json.loads((work_dir / "tuning_summary.json").read_text())["first_candidates"] == 0
+    assert len(again) >= len(database)
