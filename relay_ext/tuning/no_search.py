@@ -56,7 +56,6 @@ from meta_rules.resilient_space_generator import DesignSpaceGenerationError, Res
 from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 from meta_rules.tvm_errors import tvm_error_message
 
-from .build import copy_module
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +121,6 @@ def largest_divisor(extent: int, cap: int) -> int:
     return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
 
 
-def _loop_extent(sch: tir.Schedule, loop_rv) -> Optional[int]:
-    extent = sch.get(loop_rv).extent
-    return int(extent) if isinstance(extent, tir.IntImm) else None
-
-
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int]
                    ) -> List[List[int]]:
     """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
@@ -147,7 +141,7 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
         extent, _, max_inner = extents[i]
         inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
         decisions[i] = [extent // inner, inner]
-    return [d for d in decisions]  # type: ignore[misc]
+    return decisions  # type: ignore[return-value] - every entry is set above
 
 
 def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedule.Trace:
@@ -188,21 +182,6 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedu
     if group:
         flush()
     return tir.schedule.Trace(list(trace.insts), {**old, **decisions})
-
-
-def _marks(trace: tir.schedule.Trace) -> List[str]:
-    """The rule marks (:data:`_RULE_MARKS`) the trace's annotations and custom rules carry, and
-    the tensor intrinsics it names."""
-    found = []
-    for inst in trace.insts:
-        for attr in inst.attrs:
-            text = str(attr)
-            if any(mark in text for mark in _RULE_MARKS) or "amx" in text.lower():
-                found.append(text)
-        for value in inst.inputs:
-            if isinstance(value, tvm.runtime.String) and "amx" in str(value).lower():
-                found.append(str(value))
-    return found
 
 
 def _describe(trace: tir.schedule.Trace) -> Optional[str]:
