@@ -8,8 +8,10 @@ the design spaces the context already generated) is built by the tune's builder,
 runner, and committed to ``database`` with the run time measured, as any search candidate is.
 The search then starts from it: MetaSchedule's EvolutionarySearch draws its initial population
 from the database's best records, and the tune's best for the task is never slower than that
-measurement. Failed builds or runs commit nothing (logged). At most ``limit`` tasks (the budget's
-trials: each measurement is one of them), in the order given.
+measurement. Failed builds or runs commit nothing (logged). Only the first ``limit`` tasks
+without a record, in the order given (the budget's trials: each measurement is one of them), are
+considered, so that a budget smaller than the task count reaches the same tasks as without first
+candidates.
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ def measure_first_candidates(database: ms.Database, contexts: Sequence[ms.TuneCo
     """Measure and commit each context's no-search schedule (see the module doc); returns the
     number of records committed."""
     designs: List[TaskDesign] = []
+    considered = 0
     for context in contexts:
-        if len(designs) >= limit:
+        if considered >= limit:
             break
         workload = context.mod
         if database.has_workload(workload) and \
                 database.get_top_k(database.commit_workload(workload), 1):
             continue
+        considered += 1  # a task the budget reaches, with a design or not
         design = context_design(context)
         if design.has_record:
             designs.append(design)

@@ -122,7 +122,8 @@ def tune(
 
     ``first_candidates``: before the search, each task without a record gets its no-search
     schedule (:mod:`relay_ext.tuning.no_search`) measured by the same builder and runner and
-    committed (:mod:`relay_ext.tuning.first_candidates`), costliest tasks first; each such
+    committed (:mod:`relay_ext.tuning.first_candidates`), among the costliest tasks as many as
+    the budget has trials; each such
     measurement is one trial of the budget (the summary's ``"first_candidates"`` counts them).
     The search starts from those records, so a task's best is never slower than its no-search
     schedule measured here.
