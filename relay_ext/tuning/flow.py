@@ -173,14 +173,6 @@ def tune(
     budget.tasks = max(1, len(contexts))
     builder = builder or ms.builder.LocalBuilder(f_build=build_candidate)
     seeded = 0
-    if first_candidates and contexts:
-        by_cost = [c for _, _, c in sorted(
-            (-w * _flops(c.mod), i, c) for i, (c, w) in enumerate(zip(contexts, weights)))]
-        with runner_threads(target):
-            seeded = measure_first_candidates(database, by_cost, builder, runner,
-                                              limit=budget.left)
-        budget.left -= seeded
-        budget.total -= seeded
     known = recorded_counts_and_best(database, contexts, index)
     # Fewest records first; among equals the tasks that cost the model most (weight x FLOPs), so a
     # budget smaller than the task count goes where it matters.
@@ -207,6 +199,16 @@ def tune(
         runner.stop_tune_with(budget.stop)
         guard.on_abort.append(runner.close)  # a second Ctrl-C ends its waits at once
     try:
+        if contexts and first_candidates:
+            # under the guard: a Ctrl-C here stops the tune after them, with its summary
+            by_cost = [c for _, _, c in sorted(
+                (-w * _flops(c.mod), i, c) for i, (c, w) in enumerate(zip(contexts, weights)))]
+            with guard.installed(), runner_threads(target):
+                seeded = measure_first_candidates(database, by_cost, builder, runner,
+                                                  limit=budget.left)
+            budget.left = max(0, budget.left - seeded)  # 0 already after a Ctrl-C
+            budget.total = max(0, budget.total - seeded)
+            summary["first_candidates"] = seeded
         if contexts:
             tracker = TuningProgress(
                 total_trials=None if max_trials is None else records_before + int(max_trials),
