@@ -70,3 +70,120 @@ def test_the_weights_of_a_conv_task_are_bound_as_constants(slow_conv_database):
     names = weight_params(func)
     assert len(names) == 1 and names[0] != func.params[0].name_hint  # p0 is the data
     assert len(func.params[[p.name_hint for p in func.params].index(names[0])].checked_type.shape) >= 4
+
+
+class CountingTimer:
+    """Stands in for time_task: counts the tasks timed and returns fixed times (the cache's
+    behaviour is under test here, not the timing)."""
+
+    def __init__(self):
+        self.timed = []
+
+    def __call__(self, task, database, target, variant, rounds=5, on_built=None):
+        from relay_ext.tuning.never_slower import TaskVsDefault
+
+        self.timed.append(task.task_name)
+        return TaskVsDefault(task.task_name, 2.0, 1.0, int(task.weight))  # the record loses
+
+
+def _with_other_record(database, task, target):
+    """A database whose record of ``task`` is another schedule (its two outer loops swapped)."""
+    other = ms.database.MemoryDatabase()
+    workload = other.commit_workload(task.dispatched[0])
+    (func,) = task.dispatched[0].functions.values()
+    sch = tir.Schedule(task.dispatched[0])
+    (conv,) = sch.get_child_blocks(sch.get_block("root"))
+    outer = sch.get_loops(conv)[:2]
+    sch.reorder(outer[1], outer[0])
+    other.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, workload, [1e-9], target,
+        ms.arg_info.ArgInfo.from_prim_func(func)))
+    return other
+
+
+def test_a_second_call_with_the_cache_times_nothing(slow_conv_database, tiny, tmp_path,
+                                                    monkeypatch):
+    from relay_ext.tuning import never_slower
+
+    target, tasks, task, database = slow_conv_database
+    timer = CountingTimer()
+    monkeypatch.setattr(never_slower, "time_task", timer)
+    cache = tmp_path / "never_slower_timings.json"
+    first = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                 cache_path=cache)
+    assert timer.timed == [task.task_name] and cache.is_file()
+    second = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                  cache_path=cache)
+    assert timer.timed == [task.task_name]  # nothing timed again
+    assert [c.to_dict() for c in second.comparisons] == [c.to_dict() for c in first.comparisons]
+    assert second.defaults and not second.database.get_all_tuning_records()
+    # without a cache path, every call times
+    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
+    assert len(timer.timed) == 2
+
+
+def test_a_changed_record_or_target_is_timed_again(slow_conv_database, tiny, tmp_path,
+                                                   monkeypatch):
+    from relay_ext.tuning import never_slower
+
+    target, tasks, task, database = slow_conv_database
+    timer = CountingTimer()
+    monkeypatch.setattr(never_slower, "time_task", timer)
+    cache = tmp_path / "cache.json"
+    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                         cache_path=cache)
+    other = _with_other_record(database, task, target)
+    never_slower_records(other, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                         cache_path=cache)
+    assert len(timer.timed) == 2  # another trace: timed
+    one_core = targets.normalize_target(AVX2.replace("-num-cores 2", "-num-cores 1"))
+    never_slower_records(database, tiny.mod, tiny.params, one_core, "ours", tasks=tasks,
+                         cache_path=cache)
+    assert len(timer.timed) == 3  # another target string: timed
+    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                         cache_path=cache)
+    assert len(timer.timed) == 3  # both kept: the first one is still there
+    cache.write_text("{not json")
+    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                         cache_path=cache)
+    assert len(timer.timed) == 4  # an unreadable cache is read as empty, and rewritten
+    assert '"entries"' in cache.read_text()
+
+
+def test_the_cache_key_holds_tvms_thread_count(slow_conv_database):
+    from relay_ext.tuning.never_slower_cache import TimingCache
+    from relay_ext.tuning.timing import with_tvm_threads
+
+    target, _, task, database = slow_conv_database
+    (record,) = database.get_all_tuning_records()
+    workload = task.dispatched[0]
+    one = with_tvm_threads(1, lambda: TimingCache.key(workload, record, target))
+    two = with_tvm_threads(2, lambda: TimingCache.key(workload, record, target))
+    assert one != two
+    assert one == with_tvm_threads(1, lambda: TimingCache.key(workload, record, target))
+
+
+def test_tvms_not_tuned_warning_does_not_reach_stderr(tmp_path):
+    """Relay's TE compiler warns once per process on the autotvm logger; importing quantfuse's
+    build routes it to quantfuse's DEBUG log (a fresh process: TVM warns only once per process;
+    the same build without quantfuse's import prints it, so the check can fail)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "build.py"
+    script.write_text(
+        "import sys, numpy as np, tvm\n"
+        "from tvm import relay\n"
+        "if sys.argv[1] == 'quantfuse':\n"
+        "    import relay_ext.tuning.build\n"
+        "x = relay.var('x', shape=(1, 16), dtype='float32')\n"
+        "w = relay.const(np.ones((8, 16), 'float32'))\n"
+        "mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w)))\n"
+        "with tvm.transform.PassContext(opt_level=3):\n"
+        "    relay.build(mod, 'llvm')\n"
+        "print('built')\n")
+    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True,
+                                text=True, timeout=300) for how in ("tvm", "quantfuse")}
+    assert all(r.returncode == 0 and "built" in r.stdout for r in runs.values()), runs
+    assert "One or more operators have not been tuned" in runs["tvm"].stderr
+    assert "not been tuned" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout

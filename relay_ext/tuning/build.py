@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import List, Mapping, Optional
 
 import numpy as np
@@ -30,6 +31,35 @@ x86_codegen.install()
 cached_libinfo.install()
 # QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps (issue 32)
 table_lookup_index.register()
+
+logger = logging.getLogger(__name__)
+
+# Relay's TE compiler warns once per process, on the "autotvm" logger (Python logging, with no
+# handler: Python's last-resort handler prints it to the terminal), whenever an op has no AutoTVM
+# record -- always, for a MetaSchedule build. The line goes to quantfuse's log at DEBUG instead,
+# where TVM's other messages go (the CLI sends TVM's native log to the work dir's tvm.log).
+UNTUNED_WARNING = "One or more operators have not been tuned"
+
+
+class _RouteUntunedWarning(logging.Filter):
+    """Drops TVM's "not been tuned" warning from the ``autotvm`` logger, logging it at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if UNTUNED_WARNING in message:
+            logger.debug("TVM (autotvm): %s", message)
+            return False
+        return True
+
+
+def route_untuned_warning() -> None:
+    """Install :class:`_RouteUntunedWarning` on the ``autotvm`` logger (once per process)."""
+    autotvm_logger = logging.getLogger("autotvm")
+    if not any(isinstance(f, _RouteUntunedWarning) for f in autotvm_logger.filters):
+        autotvm_logger.addFilter(_RouteUntunedWarning())
+
+
+route_untuned_warning()
 
 
 def copy_module(mod: tvm.IRModule) -> tvm.IRModule:

@@ -23,6 +23,7 @@ from meta_rules.tensor_intrinsics import register_database_intrinsics
 from ..lowering.amx import request_amx_tile_data_in_worker
 from ..lowering.config import build_candidate
 from ..lowering.targets import TargetOrHost, check_runs_here, normalize_target
+from .first_candidates import measure_first_candidates
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
 from .record_writes import RecordWriteCheck
@@ -73,6 +74,7 @@ def tune(
     num_tuning_cores: Union[str, int] = "physical",
     max_minutes: Optional[float] = None,
     clock_started: Optional[float] = None,
+    first_candidates: bool = True,
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
     records go to MetaSchedule's JSON database in ``work_dir``.
@@ -116,6 +118,14 @@ def tune(
     tuned schedule where the machine allows.
     A task whose design space is exhausted ends and leaves its share to the others (the summary's
     ``"ended_early"`` lists them, with the reason).
+
+    ``first_candidates``: before the search, each task without a record gets its no-search
+    schedule (:mod:`relay_ext.tuning.no_search`) measured by the same builder and runner and
+    committed (:mod:`relay_ext.tuning.first_candidates`), among the costliest tasks as many as
+    the budget has trials; each such
+    measurement is one trial of the budget (the summary's ``"first_candidates"`` counts them).
+    The search starts from those records, so a task's best is never slower than its no-search
+    schedule measured here.
     """
     check_variant(variant)
     start = time.monotonic() if clock_started is None else float(clock_started)
@@ -159,6 +169,8 @@ def tune(
                                                strategy=strategy, budget=budget,
                                                record_index=index)
     budget.tasks = max(1, len(contexts))
+    builder = builder or ms.builder.LocalBuilder(f_build=build_candidate)
+    seeded = 0
     known = recorded_counts_and_best(database, contexts, index)
     # Fewest records first; among equals the tasks that cost the model most (weight x FLOPs), so a
     # budget smaller than the task count goes where it matters.
@@ -175,6 +187,7 @@ def tune(
         "seed": seed,
         "tasks": [dataclasses.asdict(r) for r in reports],
         "records_before": records_before,
+        "first_candidates": seeded,
     }
     guard = InterruptGuard(budget)
     # A write MetaSchedule could not make (disk full...) stops the tune; see record_writes.
@@ -184,10 +197,20 @@ def tune(
         runner.stop_tune_with(budget.stop)
         guard.on_abort.append(runner.close)  # a second Ctrl-C ends its waits at once
     try:
+        if contexts and first_candidates:
+            # under the guard: a Ctrl-C here stops the tune after them, with its summary
+            by_cost = [c for _, _, c in sorted(
+                (-w * _flops(c.mod), i, c) for i, (c, w) in enumerate(zip(contexts, weights)))]
+            with guard.installed(), runner_threads(target):
+                seeded = measure_first_candidates(database, by_cost, builder, runner,
+                                                  limit=budget.left)
+            budget.left = max(0, budget.left - seeded)  # 0 already after a Ctrl-C
+            budget.total = max(0, budget.total - seeded)
+            summary["first_candidates"] = seeded
         if contexts:
             tracker = TuningProgress(
                 total_trials=None if max_trials is None else records_before + int(max_trials),
-                done_before=records_before, started=start, deadline=budget.deadline,
+                done_before=records_before + seeded, started=start, deadline=budget.deadline,
                 untuned_tasks=len(reports) - len(contexts),
                 tasks=[c.task_name for c in contexts], weights=weights,
                 best_before={i: best for i, (_, best) in enumerate(known) if best is not None},
@@ -201,7 +224,7 @@ def tune(
                         max_trials_global=trial_limit,
                         max_trials_per_task=max_trials_per_task,
                         num_trials_per_iter=int(num_trials_per_iter),
-                        builder=builder or ms.builder.LocalBuilder(f_build=build_candidate),
+                        builder=builder,
                         runner=runner,
                         database=database,
                         task_scheduler=ms.task_scheduler.GradientBased(

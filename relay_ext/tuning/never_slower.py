@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+import os
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tvm
@@ -36,6 +37,7 @@ from tvm.target import Target
 from meta_rules.tvm_errors import tvm_error_message
 
 from ..lowering.config import BUILD_OPTIONS, pass_config
+from .never_slower_cache import TimingCache
 from .skip_measured_search import workload_hash
 from .timing import interleaved_rounds, tvm_timer
 
@@ -161,39 +163,63 @@ def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, var
 
 def has_record(database: ms.Database, workload: tvm.IRModule) -> bool:
     """``database`` holds a record of ``workload`` (without committing a workload it lacks)."""
-    return bool(database.has_workload(workload)
-                and database.get_top_k(database.commit_workload(workload), 1))
+    return best_record(database, workload) is not None
+
+
+def best_record(database: ms.Database,
+                workload: tvm.IRModule) -> Optional[ms.database.TuningRecord]:
+    """``database``'s best record of ``workload`` (None, and no workload committed, if none)."""
+    if not database.has_workload(workload):
+        return None
+    top = database.get_top_k(database.commit_workload(workload), 1)
+    return top[0] if top else None
 
 
 def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                          params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                          variant: str, tasks: Optional[Sequence[ms.ExtractedTask]] = None,
-                         rounds: int = ROUNDS) -> NeverSlower:
+                         rounds: int = ROUNDS,
+                         cache_path: Union[str, os.PathLike, None] = None) -> NeverSlower:
     """``database`` (one record per workload, as
     :func:`relay_ext.tuning.compilable_records.compilable_records` chooses) less the records
     that run slower than TOPI's default schedule of their task (``target`` and ``variant``
-    already checked). ``tasks``: the model's extracted tasks, when the caller has them."""
+    already checked). ``tasks``: the model's extracted tasks, when the caller has them.
+    ``cache_path``: a JSON file (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in a work
+    dir) keeping each comparison by record, target and threads
+    (:mod:`relay_ext.tuning.never_slower_cache`): a task found there is not timed again."""
     from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
 
     if tasks is None:
         tasks = lowered_tasks(mod, params, target, variant)
+    cache = TimingCache.open(cache_path) if cache_path is not None else None
     comparisons: List[TaskVsDefault] = []
     dropped = set()
     for task in tasks:
         workload = task.dispatched[0]
-        if not has_record(database, workload):
+        record = best_record(database, workload)
+        if record is None:
             continue
-        try:
-            comparison = time_task(task, database, target, variant, rounds)
-        except Exception as error:  # pylint: disable=broad-except - the record is kept
-            logger.warning("could not time %s against TVM's default schedule (%s); keeping its "
-                           "record", task.task_name,
-                           tvm_error_message(error, limit=200))
-            continue
+        key = TimingCache.key(workload, record, target) if cache is not None else None
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            comparison = TaskVsDefault(task.task_name, float(cached["record_ms"]),
+                                       float(cached["default_ms"]), int(task.weight))
+        else:
+            try:
+                comparison = time_task(task, database, target, variant, rounds)
+            except Exception as error:  # pylint: disable=broad-except - the record is kept
+                logger.warning("could not time %s against TVM's default schedule (%s); keeping "
+                               "its record", task.task_name,
+                               tvm_error_message(error, limit=200))
+                continue
+            if cache is not None:
+                cache.put(key, comparison.to_dict())
         comparisons.append(comparison)
         logger.info("%s", comparison)
         if comparison.uses_default:
             dropped.add(workload_hash(workload))
+    if cache is not None:
+        cache.save()
     if not dropped:
         return NeverSlower(database, comparisons)
     kept = ms.database.MemoryDatabase()
@@ -212,11 +238,13 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
 def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
                          params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                          variant: str, rounds: int = ROUNDS,
-                         tasks: Optional[Sequence[ms.ExtractedTask]] = None):
+                         tasks: Optional[Sequence[ms.ExtractedTask]] = None,
+                         cache_path: Union[str, os.PathLike, None] = None):
     """:func:`relay_ext.tuning.build.build_with_records` under the never-slower rule: each
     workload's fastest buildable record, less those slower than their task's default schedule
     (timed on the calling thread: call it where TVM's thread pool has the threads the model
-    will run with); ``tasks``: the model's extracted tasks, when the caller has them. Returns
+    will run with); ``tasks``: the model's extracted tasks, when the caller has them;
+    ``cache_path``: where the timings are kept (see :func:`never_slower_records`). Returns
     (the graph executor factory, the :class:`NeverSlower`)."""
     from meta_rules.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
 
@@ -225,7 +253,8 @@ def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
 
     register_tensor_intrinsics(target)
     chosen = compilable_records(database)
-    kept = never_slower_records(chosen.database, mod, params, target, variant, tasks, rounds)
+    kept = never_slower_records(chosen.database, mod, params, target, variant, tasks, rounds,
+                                cache_path)
     lib = ms.relay_integration.compile_relay(kept.database, copy_module(mod), target, params,
                                              pass_config=pass_config(variant))
     return lib, kept

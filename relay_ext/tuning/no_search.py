@@ -1,0 +1,314 @@
+"""The no-search build: each task's schedule from quantfuse's rules, chosen without measuring.
+
+    found = no_search_records(mod, params, target, variant)   # NoSearch: database + designs
+    lib = build_with_records(found.database, mod, params, target, variant)
+    lib, kept = compile_no_search(mod, params, target, variant)  # the same, never slower
+
+For each extracted task, MetaSchedule's design spaces are generated with ``variant``'s rules (as
+``tune`` generates them: :func:`meta_rules.rule_set`), one design is picked, and every sampling
+decision in its trace is replaced by a choice computed from the loop extents and the target:
+
+* **Design**: the first that tensorizes (a ``meta_schedule.auto_tensorize`` mark: VNNI's
+  ``dot_16x4_vnni``, AMX's :class:`meta_rules.amx_conv.AMXConv` blocks) and, among those, the
+  last one (MultiLevelTiling's designs with a cached output written back at the deepest level).
+  The AMX designs and the layout-transform rule (``quantfuse_layout_transform``) sample nothing:
+  their schedule is theirs as the rule wrote it.
+* **SamplePerfectTile** (MultiLevelTiling's ``SSRSRS``: four factors per spatial loop, two per
+  reduction loop): a register tile in the innermost spatial factors, TOPI's shape of it -- where
+  each intrinsic call owns an accumulator register (VNNI), the innermost loop with an extent
+  above 1 (a conv's output columns) gets the largest divisor up to the register count less 4
+  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and the other loops 1; where the loop is
+  vectorized instead (no intrinsic), one vector of int32 lanes on the innermost loop and up to
+  half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
+  outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
+  runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
+  channels around the tile), up to the instruction's ``max_innermost_factor``. (A first version
+  that tiled 8 columns x 3 rows and kept the outermost reduction loop outside ran 1.1-9x slower
+  than TOPI's default on ResNet-18's convs; this one 1.1-1.5x on the tasks measured, 2026-12-02.)
+* **SampleCategorical** (the unroll step): 64 where it is a candidate, else the likeliest.
+* **SampleComputeLocation**: the root (``-1``), always valid.
+
+The trace with those decisions is replayed on the task's workload and ``variant``'s postprocs are
+applied (as MetaSchedule does to a search candidate); a design that fails either is passed over,
+and a task none of whose designs survives, or that holds no tiled block, tensorized block or
+layout rule, has no record: Relay builds it with TVM's default schedule.
+
+Records carry :data:`UNMEASURED_RUN_SECS` (valid, slower than any real measurement) until
+something times them; :func:`compile_no_search` then applies the never-slower rule
+(:mod:`relay_ext.tuning.never_slower`): each record timed here against TVM's default schedule of
+its task, the faster kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import tvm
+from tvm import meta_schedule as ms
+from tvm import tir
+from tvm.target import Target
+
+import meta_rules
+from meta_rules.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
+from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+from meta_rules.tvm_errors import tvm_error_message
+
+
+logger = logging.getLogger(__name__)
+
+# The run time a no-search record carries until it is measured: valid (below progress's
+# FAILED_RUN_SECS), above any real measurement, so a measured record of the task ranks first.
+UNMEASURED_RUN_SECS = 1e6
+UNROLL_STEP = 64
+# Blocks whose schedules the rules decide: a tiled block, a tensorized block, the layout rule.
+_RULE_MARKS = ("meta_schedule.tiling_structure", "meta_schedule.auto_tensorize",
+               "quantfuse_layout_transform")
+
+
+@dataclasses.dataclass
+class TaskDesign:
+    """One task's no-search schedule, or why it has none (then TVM's default schedule builds it)."""
+
+    task: str
+    workload: tvm.IRModule
+    trace: Optional[tir.schedule.Trace]
+    design: str  # "vnni tensorized", "amx", "tiled", "layout rule", or why there is no record
+
+    @property
+    def has_record(self) -> bool:
+        return self.trace is not None
+
+
+@dataclasses.dataclass
+class NoSearch:
+    """The records of the no-search build (one per task that has a design) and every choice."""
+
+    database: ms.Database
+    designs: List[TaskDesign]
+
+
+def target_vectors(target: Target) -> Tuple[int, int]:
+    """(vector register bits, vector register count) of an llvm ``target``: 512 and 32 with
+    AVX-512, 256 and 16 with AVX2, 128 and 16 otherwise."""
+    from tvm.target.codegen import target_has_features  # pylint: disable=import-outside-toplevel
+
+    if target.kind.name != "llvm":
+        return 128, 16
+    if target_has_features("avx512f", target):
+        return 512, 32
+    if target_has_features("avx2", target):
+        return 256, 16
+    return 128, 16
+
+
+def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
+    """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
+    module doc): a tensorized block's calls each keep one accumulator register, so the innermost
+    loop (a conv's output columns) takes all registers but 4 (operands) and the next none; a
+    vectorized block's innermost loop fills one vector of int32 and the next takes half the
+    registers."""
+    bits, count = target_vectors(target)
+    if tensorized:
+        return count - 4, 1
+    return bits // 32, count // 2
+
+
+def largest_divisor(extent: int, cap: int) -> int:
+    """The largest divisor of ``extent`` not above ``cap`` (at least 1)."""
+    return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
+
+
+def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int]
+                   ) -> List[List[int]]:
+    """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
+    first: ``extents`` holds (extent, n, max_innermost_factor) per loop; n == 2 is a reduction
+    loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc)."""
+    decisions: List[Optional[List[int]]] = [None] * len(extents)
+    spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
+    reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
+    budget = list(caps)
+    for i in reversed(spatial):
+        extent, n, max_inner = extents[i]
+        inner = 1
+        if extent > 1 and budget:
+            cap = budget.pop(0)
+            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+        decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
+    for i in reduction:
+        extent, _, max_inner = extents[i]
+        inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
+        decisions[i] = [extent // inner, inner]
+    return decisions  # type: ignore[return-value] - every entry is set above
+
+
+def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedule.Trace:
+    """``trace`` with its sampling decisions replaced by the module doc's choices. A perfect
+    tile's loop extent is the product of the factors sampled for it; the SamplePerfectTile
+    instructions of one block (only Splits between them) are decided together."""
+    tensorized = any(inst.kind.name == "Annotate" and str(inst.attrs[0]) ==
+                     "meta_schedule.auto_tensorize" for inst in trace.insts
+                     if len(inst.attrs) > 0)
+    caps = register_caps(target, tensorized)
+    old = dict(trace.decisions)
+    decisions: Dict = {}
+    group: List[Tuple[tir.schedule.Instruction, int, int, int]] = []
+
+    def flush() -> None:
+        extents = [(extent, n, max_inner) for _, extent, n, max_inner in group]
+        for (inst, *_), value in zip(group, tile_decisions(extents, caps)):
+            decisions[inst] = value
+        group.clear()
+
+    for inst in trace.insts:
+        name = inst.kind.name
+        if name == "SamplePerfectTile":
+            extent = 1
+            for factor in old[inst]:
+                extent *= int(factor)
+            group.append((inst, extent, int(inst.attrs[0]), int(inst.attrs[1])))
+            continue
+        if name != "Split" and group:
+            flush()
+        if name == "SampleCategorical":
+            candidates = [int(c) for c in inst.attrs[0]]
+            probs = [float(p) for p in inst.attrs[1]]
+            decisions[inst] = (candidates.index(UNROLL_STEP) if UNROLL_STEP in candidates
+                               else probs.index(max(probs)))
+        elif name == "SampleComputeLocation":
+            decisions[inst] = -1
+    if group:
+        flush()
+    return tir.schedule.Trace(list(trace.insts), {**old, **decisions})
+
+
+def _describe(trace: tir.schedule.Trace) -> Optional[str]:
+    """What the design is ("amx", "vnni tensorized", "tensorized", "tiled", "layout rule"), or
+    None when no rule of :data:`_RULE_MARKS` decided it."""
+    text = str(trace)
+    if "amx" in text.lower():
+        return "amx"
+    if "meta_schedule.auto_tensorize" in text:
+        return "vnni tensorized" if "vnni" in text else "tensorized"
+    if "meta_schedule.tiling_structure" in text:
+        return "tiled"
+    if "quantfuse_layout_transform" in text or "vectorize_source_blocks" in text:
+        return "layout rule"
+    return None
+
+
+def _design_order(spaces: Sequence[tir.Schedule]) -> List[tir.Schedule]:
+    """Tensorized designs first, and within each kind the last design first (see the module doc)."""
+    tensorized = [s for s in spaces if "auto_tensorize" in str(s.trace) or
+                  "amx" in str(s.trace).lower()]
+    rest = [s for s in spaces if s not in tensorized]
+    return list(reversed(tensorized)) + list(reversed(rest))
+
+
+def apply_with_postprocs(trace: tir.schedule.Trace, workload: tvm.IRModule,
+                         postprocs: Sequence[ms.Postproc]) -> tir.schedule.Trace:
+    """``trace`` replayed on ``workload`` and ``postprocs`` applied after it, as MetaSchedule
+    prepares a search candidate; the resulting trace (postprocs included) is what a record holds.
+    Raises ValueError naming the postproc that rejected it."""
+    sch = tir.Schedule(workload, debug_mask=0, enable_check=False)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    for proc in postprocs:
+        if not proc.apply(sch):
+            raise ValueError(f"postproc {type(proc).__name__} rejected it")
+    return sch.trace
+
+
+def task_design(task: ms.ExtractedTask, target: Target, variant: str, seed: int = 0) -> TaskDesign:
+    """The no-search schedule of one task (see the module doc), or why it has none."""
+    workload = task.dispatched[0]
+    space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant), retry_seeds=2)
+    context = ms.TuneContext(mod=workload, target=target, space_generator=space,
+                             task_name=task.task_name, rand_state=seed)
+    return context_design(context)
+
+
+def context_design(context: ms.TuneContext) -> TaskDesign:
+    """:func:`task_design` for a TuneContext whose space generator carries the rules (as
+    ``tune``'s contexts do: their design spaces, generated once, are reused)."""
+    workload, target = context.mod, context.target
+    space = context.space_generator
+    try:
+        spaces = list(context.generate_design_space())
+    except DesignSpaceGenerationError as error:
+        return TaskDesign(context.task_name, workload, None, f"no design space ({error})")
+    failures = []
+    for design in _design_order(spaces):
+        kind = _describe(design.trace)
+        if kind is None:
+            continue
+        try:
+            fixed = deterministic_trace(design.trace, target)
+            final = apply_with_postprocs(fixed, workload, space.postprocs)
+        except Exception as error:  # pylint: disable=broad-except - TVM raises many kinds
+            failures.append(tvm_error_message(error) if isinstance(error, tvm.TVMError)
+                            else str(error))
+            continue
+        return TaskDesign(str(context.task_name), workload, final, kind)
+    why = (f"every design failed ({failures[0][:160]})" if failures
+           else "no rule decides it: TVM's default")
+    return TaskDesign(str(context.task_name), workload, None, why)
+
+
+def no_search_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                      target: Target, variant: str,
+                      tasks: Optional[Sequence[ms.ExtractedTask]] = None) -> NoSearch:
+    """The no-search records of ``mod``'s tasks (``target`` and ``variant`` already checked), in
+    a MemoryDatabase, each with :data:`UNMEASURED_RUN_SECS`; ``tasks``: the model's extracted
+    tasks, when the caller has them."""
+    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+
+    register_tensor_intrinsics(target)
+    if tasks is None:
+        tasks = lowered_tasks(mod, params, target, variant)
+    database = ms.database.MemoryDatabase()
+    designs = []
+    for task in tasks:
+        design = task_design(task, target, variant)
+        designs.append(design)
+        logger.info("no-search %s: %s", task.task_name, design.design)
+        if design.has_record:
+            commit_design(database, design, target, [UNMEASURED_RUN_SECS])
+    return NoSearch(database, designs)
+
+
+def commit_design(database: ms.Database, design: TaskDesign, target: Target,
+                  run_secs: Sequence[float]) -> None:
+    """``design``'s record, with ``run_secs``, committed to ``database``."""
+    workload = database.commit_workload(design.workload)
+    database.commit_tuning_record(ms.database.TuningRecord(
+        design.trace, workload, [float(s) for s in run_secs], target,
+        ms.arg_info.ArgInfo.from_prim_func(_main(design.workload))))
+
+
+def _main(mod: tvm.IRModule) -> tir.PrimFunc:
+    (func,) = [f for _, f in mod.functions.items() if isinstance(f, tir.PrimFunc)]
+    return func
+
+
+def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                      target: Target, variant: str, never_slower: bool = True,
+                      cache_path: Union[str, os.PathLike, None] = None):
+    """The no-search build of ``mod`` (``target``, ``variant`` already checked): with
+    ``never_slower`` (timing allowed: ``target`` runs here) each record is timed against TVM's
+    default schedule of its task, the faster kept (:func:`compile_never_slower`; ``cache_path``
+    keeps its timings). Returns (the graph executor factory, the :class:`NoSearch`, the
+    never-slower result or None)."""
+    from .build import build_with_records  # pylint: disable=import-outside-toplevel
+    from .never_slower import compile_never_slower  # pylint: disable=import-outside-toplevel
+    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+
+    tasks = lowered_tasks(mod, params, target, variant)
+    found = no_search_records(mod, params, target, variant, tasks)
+    if not never_slower:
+        return build_with_records(found.database, mod, params, target, variant), found, None
+    lib, kept = compile_never_slower(found.database, mod, params, target, variant, tasks=tasks,
+                                     cache_path=cache_path)
+    return lib, found, kept

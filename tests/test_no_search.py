@@ -1,0 +1,173 @@
+"""Issue 29's no-search build (relay_ext/tuning/no_search.py): each task's rule design with its
+sampling decisions computed from the shape and the target, no measuring. The numerics run on any
+host whose OS enables the target's features (else skipped, saying which); the AMX design is
+checked structurally everywhere (built for AMX, not run) and run only on an AMX host."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import meta_schedule as ms
+from tvm import tir
+
+import meta_rules
+from meta_rules.resilient_space_generator import ResilientPostOrderApply
+from relay_ext.lowering import targets
+from relay_ext.lowering.amx import request_amx_tile_data
+from relay_ext.tuning import extract_tasks, run_module
+from relay_ext.tuning.build import build_with_records
+from relay_ext.tuning.no_search import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
+                                        no_search_records, register_caps, task_design,
+                                        tile_decisions)
+from conftest import AVX2
+from test_amx_conv import AMX, conv_module, reference
+
+VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+
+
+def needs(target):
+    missing = targets.missing_features(target)
+    if missing:
+        pytest.skip(f"this host's OS does not enable {missing} ({target})")
+    return targets.normalize_target(target)
+
+
+def test_largest_divisor_and_register_caps():
+    assert [largest_divisor(e, 8) for e in (56, 28, 7, 1, 13)] == [8, 7, 7, 1, 1]
+    avx512 = tvm.target.Target(VNNI)
+    avx2 = tvm.target.Target(AVX2)
+    # one accumulator per intrinsic call: all registers but 4 on the innermost loop
+    assert register_caps(avx512, tensorized=True) == (28, 1)  # 32 zmm registers
+    assert register_caps(avx2, tensorized=True) == (12, 1)  # 16 ymm registers
+    assert register_caps(avx512, tensorized=False) == (16, 16)  # one vector of int32
+    assert register_caps(avx2, tensorized=False) == (8, 8)
+
+
+def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
+    # ResNet's 28x28 VNNI conv: n, oc chunks, oh, ow, oc block | kh, kw, ic blocks, ic, ic lanes
+    loops = [(1, 4, 64), (8, 4, 64), (28, 4, 64), (28, 4, 64), (1, 4, 64),
+             (3, 2, 64), (3, 2, 64), (2, 2, 64), (16, 2, 64), (1, 2, 64)]
+    decisions = tile_decisions(loops, (12, 2))
+    for (extent, n, _), factors in zip(loops, decisions):
+        assert len(factors) == n and int(np.prod(factors)) == extent
+    assert decisions[3] == [4, 1, 1, 7]      # ow: the largest divisor of 28 up to 12
+    assert decisions[2] == [14, 1, 1, 2]     # oh: up to the second cap
+    assert decisions[1] == [8, 1, 1, 1]      # no cap left
+    # every reduction loop whole inside the register tile's loop
+    assert [decisions[i] for i in range(5, 10)] == [[1, 3], [1, 3], [1, 2], [1, 16], [1, 1]]
+    assert tile_decisions([(128, 2, 64)], (28, 1)) == [[2, 64]]  # bounded by max_innermost
+
+
+def _context(mod, target):
+    space = ResilientPostOrderApply(*meta_rules.rule_set(target, "ours"), retry_seeds=1)
+    return ms.TuneContext(mod=mod, target=tvm.target.Target(target), space_generator=space,
+                          task_name="conv", rand_state=0)
+
+
+def _scheduled(design):
+    sch = tir.Schedule(design.workload)
+    design.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
+
+
+@pytest.mark.parametrize("target, kind", [(VNNI, "vnni tensorized"), (AVX2, "tiled")])
+def test_the_conv_design_matches_numpy(target, kind):
+    target = needs(target)
+    mod = conv_module(channels=64, height=8)
+    design = context_design(_context(mod, target))
+    assert design.design == kind, design.design
+    text = str(design.trace)
+    assert "sample_perfect_tile" in text and "enter_postproc" in text
+    # the same choice twice (nothing random is left in it)
+    assert str(context_design(_context(mod, target)).trace) == text
+    lib = tvm.build(_scheduled(design), target=target)
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, (1, 1, 8, 8, 64)).astype("uint8")
+    weight = rng.integers(-128, 128, (4, 1, 3, 3, 16, 16, 4)).astype("int8")
+    out = tvm.nd.empty((1, 4, 8, 8, 16), "int8")
+    lib(tvm.nd.array(data), tvm.nd.array(weight), out)
+    np.testing.assert_array_equal(out.numpy(), reference(data, weight))
+
+
+def test_the_amx_design_is_the_amx_rules_and_builds_for_amx():
+    mod = conv_module(channels=64, height=8)
+    design = context_design(_context(mod, AMX))
+    assert design.design == "amx"
+    assert "quantfuse_amx_conv3x3_m2_r8_k1" in str(design.trace)
+    tvm.build(_scheduled(design), target=AMX)  # LLVM selects the tile instructions
+
+
+def test_the_amx_design_matches_numpy_on_an_amx_host():
+    if targets.missing_features(AMX) or not request_amx_tile_data():
+        pytest.skip("needs a host whose OS enables AMX int8 and grants tile data")
+    scheduled = _scheduled(context_design(_context(conv_module(channels=64, height=8), AMX)))
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, (1, 1, 8, 8, 64)).astype("uint8")
+    weight = rng.integers(-128, 128, (4, 1, 3, 3, 16, 16, 4)).astype("int8")
+    out = tvm.nd.empty((1, 4, 8, 8, 16), "int8")
+    tvm.build(scheduled, target=AMX)(tvm.nd.array(data), tvm.nd.array(weight), out)
+    np.testing.assert_array_equal(out.numpy(), reference(data, weight))
+
+
+@pytest.mark.parametrize("target", [VNNI, AVX2])
+def test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does(tiny, target):
+    target = needs(target)
+    tasks = extract_tasks(tiny.mod, tiny.params, target)
+    found = no_search_records(tiny.mod, tiny.params, target, "ours", tasks)
+    by_task = {d.task: d for d in found.designs}
+    convs = [d for name, d in by_task.items() if "conv2d" in name]
+    assert convs and all(d.has_record for d in convs)
+    dense = [d for name, d in by_task.items() if "dense" in name]
+    assert dense and all(d.has_record for d in dense)
+    # ops no rule decides keep TVM's default schedule: no record
+    assert any(not d.has_record and "TVM's default" in d.design for d in found.designs)
+    records = found.database.get_all_tuning_records()
+    assert len(records) == sum(d.has_record for d in found.designs)
+    assert all([float(s) for s in r.run_secs] == [UNMEASURED_RUN_SECS] for r in records)
+    ours = run_module(build_with_records(found.database, tiny.mod, tiny.params, target, "ours"),
+                      tiny.inputs)
+    default = run_module(build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params,
+                                            target, "ours"), tiny.inputs)
+    for a, b in zip(ours, default):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_task_no_rule_decides_has_no_record(tiny):
+    target = targets.normalize_target(AVX2)
+    tasks = extract_tasks(tiny.mod, tiny.params, target)
+    (reshape,) = [t for t in tasks if "reshape" in t.task_name]
+    design = task_design(reshape, target, "ours")
+    assert not design.has_record and "TVM's default" in design.design
+
+
+def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
+    """Issue 29: a tune's first candidate per task is its no-search schedule, measured by the
+    tune's runner and counted in the budget; a resumed tune measures none again."""
+    import json
+
+    from relay_ext.tuning import tune
+
+    target = needs(AVX2)
+    work_dir = tmp_path / "w"
+    database = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=6, seed=0)
+    summary = json.loads((work_dir / "tuning_summary.json").read_text())
+    seeded = summary["first_candidates"]
+    assert seeded >= 2  # tiny_resnet's two convs at least (the dense too, budget permitting)
+    assert summary["records"] <= 6  # one trial each: the budget holds them
+    tasks = extract_tasks(tiny32.mod, tiny32.params, target)
+    convs = [t for t in tasks if "conv2d" in t.task_name]
+    for task in convs:
+        expected = str(task_design(task, target, "ours").trace)
+        records = [r for r in database.get_all_tuning_records()
+                   if tvm.ir.structural_equal(r.workload.mod, task.dispatched[0])]
+        assert any(str(r.trace) == expected for r in records), task.task_name
+        # measured by the runner: a real time, not the unmeasured placeholder
+        times = [float(np.mean([float(s) for s in r.run_secs])) for r in records
+                 if str(r.trace) == expected]
+        assert all(0 < t < UNMEASURED_RUN_SECS for t in times)
+    again = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=2, seed=0)
+    resumed = json.loads((work_dir / "tuning_summary.json").read_text())
+    assert resumed["first_candidates"] <= 2  # within the new budget, tasks without a record only
+    for task in convs:  # the convs had records: their no-search schedule is not measured again
+        expected = str(task_design(task, target, "ours").trace)
+        assert sum(str(r.trace) == expected for r in again.get_all_tuning_records()
+                   if tvm.ir.structural_equal(r.workload.mod, task.dispatched[0])) == 1
