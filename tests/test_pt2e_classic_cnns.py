@@ -1,0 +1,86 @@
+"""Seven classic CNN families (tests/classic_cnns.py: MobileNetV2, RegNetX-400MF, MobileNetV3-large,
+EfficientNet-B0, MnasNet 1.0, ShuffleNetV2 x1.0, GoogLeNet, as their papers define them, at width
+0.25 with the first two blocks of every stage, 32x32) quantized as a user would with torchao's PT2E
+flow and X86InductorQuantizer, saved with torch.export.save:
+
+* (each) the import leaves no float conv or dense, and TVM's untuned build of it is within 3
+  output quantization steps of PyTorch running the program;
+* (slow, each) ``quantfuse fusion`` on the A100 leaves 0 tasks with a global intermediate
+  (variant ours), then a 4-trial ``tune`` and ``bench`` on the host, within 3 steps.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 'quantfuse[pt2e]'")
+
+from classic_cnns import FAMILIES
+from conftest import A100, AVX2
+from helpers import fusion_tune_and_bench
+from quantized_test_nets import pt2e_program
+from relay_ext import cli
+from relay_ext.frontend import pt2e_import
+from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, QNN_COMPUTE_OPS
+from relay_ext.lowering import targets
+from relay_ext.report.accuracy import build_untuned, step_error
+from relay_ext.tuning import run_module
+
+SHAPE = (1, 3, 32, 32)
+WIDTH, DEPTH, CLASSES = 0.25, 0, 10
+MAX_STEPS = 3 + 1e-3  # whole steps, up to float rounding
+needs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
+                                reason=f"runs code built for {AVX2}, which this host cannot")
+
+
+def _build(family: str):
+    return lambda: FAMILIES[family](width=WIDTH, depth=DEPTH, classes=CLASSES)
+
+
+@pytest.fixture(scope="module")
+def program_file(tmp_path_factory):
+    """family -> its PT2E program saved with torch.export.save (made once per family)."""
+    root = tmp_path_factory.mktemp("classic_pt2e")
+    files = {}
+
+    def get(family: str):
+        if family not in files:
+            files[family] = root / f"{family}.pt2"
+            torch.export.save(pt2e_program(_build(family), SHAPE), str(files[family]))
+        return files[family]
+
+    return get
+
+
+def _convs_and_denses(program) -> int:
+    return sum(node.op == "call_function" and pt2e_import.op_name(node.target) in ("aten.conv2d", "aten.linear")
+               for node in program.graph_module.graph.nodes)
+
+
+@needs_avx2
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_import_is_integer_and_runs_within_3_steps_of_the_program(family, program_file):
+    loaded = pt2e_import.from_exported_program(program_file(family))
+    counts = pt2e_import.op_counts(loaded.mod)
+    assert not any(counts.get(op) for op in FLOAT_COMPUTE_OPS), counts
+    program = pt2e_import.load_program(program_file(family))
+    assert sum(counts.get(op, 0) for op in QNN_COMPUTE_OPS) == _convs_and_denses(program), counts
+    lib = build_untuned(loaded.mod, loaded.params, AVX2)
+    generator = np.random.default_rng(3)
+    for data in (loaded.example_input, generator.standard_normal(SHAPE, dtype=np.float32)):
+        (out,) = run_module(lib, {loaded.input_name: data})
+        assert step_error(out, loaded.run_reference(data), loaded.output_scale).max_steps <= MAX_STEPS
+
+
+@needs_avx2
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fusion_on_the_a100_tune_and_bench(family, program_file, tmp_path, capsys, monkeypatch):
+    model = ["--model", str(program_file(family))]
+    assert cli.main(["fusion", *model, "--target", A100, "--variants", "ours"]) == 0
+    total = re.search(r"^TOTAL\s+(\d+) tasks\s+(.*)$", capsys.readouterr().out, re.M)
+    assert total and int(total[1]) > 0, total
+    assert total[2].strip() == "0 (0 B) in 0 tasks", total[0]  # no global intermediate, no failed task
+    fusion_tune_and_bench([*model, "--target", AVX2], pt2e_import.REFERENCE_NAME, tmp_path / "work", capsys,
+                          monkeypatch, fusion=False)
