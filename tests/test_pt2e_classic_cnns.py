@@ -3,8 +3,9 @@ EfficientNet-B0, MnasNet 1.0, ShuffleNetV2 x1.0, GoogLeNet, as their papers defi
 0.25 with the first two blocks of every stage, 16x16) quantized as a user would with torchao's PT2E
 flow and X86InductorQuantizer, saved with torch.export.save:
 
-* (each) the import makes every conv and linear of the program a QNN op (none left float), and
-  TVM's untuned build of it is within 3 output quantization steps of PyTorch running the program;
+* (each) the import makes every conv and linear of the program a QNN op (none left float);
+* (slow, each) TVM's untuned build is within 3 output quantization steps of PyTorch running the
+  program (a build of the whole net: 1-3 minutes each on 2 shared cores);
 * (slow, each) ``quantfuse fusion`` on the A100 leaves 0 tasks with a global intermediate
   (variant ours), then a 4-trial ``tune`` and ``bench`` on the host, within 3 steps.
 
@@ -64,14 +65,19 @@ def _convs_and_denses(program) -> int:
                for node in program.graph_module.graph.nodes)
 
 
-@needs_avx2
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_import_is_integer_and_runs_within_3_steps_of_the_program(family, program_file):
+def test_import_makes_every_conv_and_linear_integer(family, program_file):
     loaded = pt2e_import.from_exported_program(program_file(family))
     counts = pt2e_import.op_counts(loaded.mod)
     assert not any(counts.get(op) for op in FLOAT_COMPUTE_OPS), counts
     program = pt2e_import.load_program(program_file(family))
     assert sum(counts.get(op, 0) for op in QNN_COMPUTE_OPS) == _convs_and_denses(program), counts
+
+
+@needs_avx2
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_untuned_build_is_within_3_steps_of_the_program(family, program_file):
+    loaded = pt2e_import.from_exported_program(program_file(family))
     lib = build_untuned(loaded.mod, loaded.params, AVX2)
     generator = np.random.default_rng(3)
     for data in (loaded.example_input, generator.standard_normal(SHAPE, dtype=np.float32)):
