@@ -24,6 +24,7 @@ FUSION_VARIANTS = ["legacy", "upstream", "ours"]
 SLOW_FILES_FIRST = [
     "test_cli_torchscript_model_file.py",  # ~140 s: FX-quantized net, fusion + tune + bench
     "test_cli_pt2e_model_files.py",  # PT2E: 2 nets fusion + tune + bench, a fusion comparison (~410 s, 2 shared cores at load ~5)
+    "test_pt2e_classic_cnns.py",  # seven PT2E families (all slow): export, import, A100 fusion, flows
     "test_tuning.py",  # ~110 s: builds the shared tuned work dir, tunes two more variants
     "test_tune_resume.py",  # ~115 s
     "test_cli_onnx_model_files.py",  # ~110 s
@@ -55,6 +56,12 @@ SLOW_TESTS = [
     ("test_cli_torchscript_model_file.py", "test_fx_quantized_file_through_fusion_tune_and_bench"),  # 269 s
     ("test_cli_pt2e_model_files.py", "test_fusion_tune_and_bench"),  # 213 s + 86 s
     ("test_cli_pt2e_model_files.py", "test_fusion_report_matches_the_torchscript_import"),
+    # issue 32: seven classic CNN families as PT2E programs, fusion on the A100 + tune + bench each
+    # the seven exports + imports did not finish in 500 s on the shared 2 cores (load ~8, 2026-12-02)
+    ("test_pt2e_classic_cnns.py", "test_import_makes_every_conv_and_linear_integer"),
+    ("test_pt2e_classic_cnns.py", "test_fusion_on_the_a100_keeps_no_global_intermediate"),
+    ("test_pt2e_classic_cnns.py", "test_tune_and_bench_within_3_steps"),
+    ("test_pt2e_classic_cnns.py", "test_untuned_build_is_within_3_steps_of_the_program"),
     ("test_tuning.py", "test_tuned_model_matches_pytorch"),  # the `tuned` fixture: 2 more tunes, 280 s
     ("test_tuning.py", "test_every_tuned_workload_is_found_at_compile_time"),
     ("test_tuning.py", "test_a_converter_mismatch_loses_the_tuned_records"),

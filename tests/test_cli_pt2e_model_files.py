@@ -128,3 +128,30 @@ def test_input_shape_must_match_the_program(program_files, capsys):
     assert cli.main(["fusion", "--model", str(path), "--input-shape", "1,3,32,32",
                      "--target", AVX2]) == cli.EXIT_BAD_INPUT
     one_error_line(capsys, "1,3,16,16")
+
+
+def test_unsupported_arguments_are_one_line_naming_the_op_and_node(tmp_path, capsys):
+    program = pt2e_program(_WithGelu, (1, 3, 8, 8))
+    graph = program.graph_module.graph
+    gelu = next(node for node in graph.nodes if pt2e_import.op_name(node.target) == "aten.gelu")
+    gelu.target = torch.ops.aten.dropout.default  # dropout(x, p, train=True): not an inference program
+    gelu.args = (gelu.args[0], 0.5, True)
+    program.graph_module.recompile()
+    with pytest.raises(pt2e_import.UnsupportedOperator, match=r"aten.dropout \(graph node 'gelu'\): dropout in training"):
+        models.from_exported_program(program)
+
+
+def test_a_converter_bug_is_not_said_as_bad_input(programs, program_files, monkeypatch, capsys):
+    from relay_ext.frontend import pt2e_ops
+
+    def broken(converter, node):
+        raise KeyError("a converter's own mistake")
+
+    monkeypatch.setitem(pt2e_ops.CONVERTERS, "aten.linear", broken)
+    with pytest.raises(pt2e_import.ConverterError, match=r"failed on aten.linear \(graph node 'linear'\): KeyError"):
+        models.from_exported_program(programs["residual"])
+    assert not issubclass(pt2e_import.ConverterError, ValueError)  # the CLI's bad input is ValueError
+    code = cli.main(["fusion", "--model", str(program_files["residual"]), "--target", AVX2])
+    assert code == cli.EXIT_FAILED, code  # quantfuse's failure, not exit 2 ("unsupported operator")
+    err = capsys.readouterr().err
+    assert "aten.linear" in err and "not supported" not in err, err

@@ -155,7 +155,7 @@ def load(
     float_model = seeded_float_model(spec.build, seed)
     calibration = random_batches(input_shape, CALIBRATION_BATCHES, seed + 1)
     quantized = quantize_eager(float_model, calibration)
-    example_input = _random_input(input_shape, seed + 2)
+    example_input = random_input(input_shape, seed + 2)
     torchscript = _trace(quantized, example_input)
     return _import_to_relay(name, torchscript, DEFAULT_INPUT_NAME, input_shape, example_input, layout)
 
@@ -173,9 +173,9 @@ def from_torchscript(
     random normal batch from ``seed``.
     """
     input_name, input_shape = _single_input(input_shapes)
-    _check_layout(layout)
+    check_layout(layout)
     torchscript = _load_torchscript(path)
-    example_input = _random_input(input_shape, seed)
+    example_input = random_input(input_shape, seed)
     _check_runs_on(torchscript, example_input)
     name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
     return _import_to_relay(name, torchscript, input_name, input_shape, example_input, layout)
@@ -234,7 +234,8 @@ def output_scale(mod: tvm.IRModule) -> float | None:
     return float(scale.data.numpy().reshape(()))
 
 
-def _random_input(shape: Sequence[int], seed: int) -> np.ndarray:
+def random_input(shape: Sequence[int], seed: int) -> np.ndarray:
+    """A standard normal float32 batch of ``shape`` from ``seed``: every import's example input."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(tuple(shape), generator=generator).numpy()
 
@@ -294,13 +295,14 @@ def _model_spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def _check_layout(layout: str) -> None:
+def check_layout(layout: str) -> None:
+    """ValueError (one line) unless ``layout`` is one of :data:`LAYOUTS`."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
 
 
 def _check_load_arguments(spec: ModelSpec, batch_size: int, image_size: int, layout: str) -> None:
-    _check_layout(layout)
+    check_layout(layout)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if spec.feature_count is None and (not isinstance(image_size, int) or image_size < spec.min_image_size):

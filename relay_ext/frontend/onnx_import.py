@@ -6,10 +6,10 @@
 TVM 0.19's ONNX frontend turns each ``QuantizeLinear`` / ``DequantizeLinear`` into
 ``qnn.quantize`` / ``qnn.dequantize`` but leaves the op between them in float32: a QDQ conv
 arrives as ``dequantize -> nn.conv2d -> quantize``, which would be tuned and run as a float conv.
-:func:`integer_ops` rewrites those regions into QNN ops (``qnn.conv2d``, ``qnn.dense``,
-``qnn.add``, ...) with TVM's ``FakeQuantizationToInteger`` pass, then rounds integer means and
-global average pools (what ResNet and MobileNetV2 use) to nearest as ONNX Runtime does
-(:class:`_RoundIntegerMean`). A non-global ``AveragePool`` is left to TVM's ``qnn.avg_pool2d``,
+:func:`~relay_ext.frontend.qnn_passes.integer_ops` rewrites those regions into QNN ops
+(``qnn.conv2d``, ``qnn.dense``, ``qnn.add``, ...) with TVM's ``FakeQuantizationToInteger`` pass,
+then rounds integer means and global average pools (what ResNet and MobileNetV2 use) to nearest as
+ONNX Runtime does (:class:`~relay_ext.frontend.qnn_passes.RoundIntegerMean`). A non-global ``AveragePool`` is left to TVM's ``qnn.avg_pool2d``,
 which truncates: its outputs may be one step below ONNX Runtime's. The result is checked: a
 quantized model whose convs and dense layers all stayed float is refused, and a partly float one is
 logged.
@@ -28,14 +28,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import tvm
 from tvm import relay
-from tvm.relay import dataflow_pattern as pattern
 
 from meta_rules.tvm_errors import tvm_error_message
 
-from .models import DEFAULT_SEED, LoadedModel, _check_layout, _random_input, convert_to_nhwc
+from .models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
 from .onnx_runtime import OnnxRuntimeReference
+# integer_ops, check_integer_compute: the QNN passes shared with the PT2E import; op_counts and
+# FLOAT_COMPUTE_OPS stay importable from here, as before they moved.
+from .qnn_passes import FLOAT_COMPUTE_OPS, check_integer_compute, integer_ops, op_counts  # noqa: F401
 from .optional_deps import require_onnx, require_onnxruntime
 
 logger = logging.getLogger(__name__)
@@ -44,9 +45,6 @@ logger = logging.getLogger(__name__)
 QUANTIZATION_OPS = frozenset(
     {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 )
-# Relay ops that do the arithmetic of a conv or dense layer: the ones that must become QNN.
-FLOAT_COMPUTE_OPS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.matmul", "nn.batch_matmul")
-QNN_COMPUTE_OPS = ("qnn.conv2d", "qnn.conv2d_transpose", "qnn.dense", "qnn.batch_matmul")
 # Ops that only move or reshape data: a DequantizeLinear before them still sets the output's step.
 _SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
 
@@ -70,7 +68,7 @@ def from_onnx(
     """
     onnx = require_onnx()
     require_onnxruntime()
-    _check_layout(layout)
+    check_layout(layout)
     path = os.fspath(path)
     model = _load(onnx, path)
     if not is_quantized(model):
@@ -100,7 +98,7 @@ def from_onnx(
         params=params,
         input_name=input_name,
         input_shape=shape,
-        example_input=_random_input(shape, seed),
+        example_input=random_input(shape, seed),
         output_scale=scale,
         layout=layout,
         quantized=True,
@@ -186,74 +184,3 @@ def output_dequantize_scale(model: Any) -> float | None:
         return None
     scale = onnx.numpy_helper.to_array(constants[node.input[1]])
     return float(scale.reshape(())) if scale.size == 1 else None
-
-
-# --- making the Relay module integer -------------------------------------------------------------
-
-
-def integer_ops(mod: tvm.IRModule, use_qat: bool = False) -> tvm.IRModule:
-    """``dequantize -> op -> quantize`` regions as QNN ops (TVM's FakeQuantizationToInteger), with
-    integer means and global average pools rounded to nearest (:class:`_RoundIntegerMean`; a
-    non-global average pool stays TVM's truncating ``qnn.avg_pool2d``). ``use_qat`` also
-    converts ``dequantize -> op`` regions with no quantize after them (an op with a float output,
-    such as PT2E's last linear layer) to the QNN op and a dequantize."""
-    mod = relay.transform.InferType()(mod)
-    mod = relay.transform.FakeQuantizationToInteger(hard_fail=False, use_qat=use_qat)(mod)
-    main = pattern.rewrite(_RoundIntegerMean(), relay.transform.InferType()(mod)["main"])
-    rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
-    rewritten["main"] = main
-    return relay.transform.InferType()(rewritten)
-
-
-class _RoundIntegerMean(pattern.DFPatternCallback):
-    """``mean`` / ``global_avg_pool2d`` / ``adaptive_avg_pool2d`` of an int32 cast -> the same
-    average in float32, rounded to nearest, cast back to int32.
-
-    FakeQuantizationToInteger averages quantized values in int32, where division truncates: about
-    half of the averages come out one step low. ONNX Runtime's quantized average pool rounds.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data = pattern.wildcard()
-        integer = pattern.is_op("cast")(self.data).has_attr({"dtype": "int32"}) | pattern.is_op(
-            "qnn.requantize")(self.data, *[pattern.wildcard() for _ in range(4)]).has_attr({"out_dtype": "int32"})
-        self.average = (pattern.is_op("mean")(integer) | pattern.is_op("nn.global_avg_pool2d")(integer)
-                        | pattern.is_op("nn.adaptive_avg_pool2d")(integer))
-        self.pattern = self.average
-
-    def callback(self, pre: relay.Expr, post: relay.Expr, node_map: dict) -> relay.Expr:
-        average = node_map[self.average][0]
-        as_float = relay.cast(average.args[0], "float32")
-        averaged = relay.Call(average.op, [as_float], average.attrs, average.type_args, average.span)
-        return relay.cast(relay.round(averaged), "int32")
-
-
-def op_counts(mod: tvm.IRModule) -> dict[str, int]:
-    """How many calls of each operator ``main`` makes."""
-    counts: dict[str, int] = {}
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            counts[node.op.name] = counts.get(node.op.name, 0) + 1
-
-    relay.analysis.post_order_visit(mod["main"].body, visit)
-    return counts
-
-
-def check_integer_compute(mod: tvm.IRModule, name: str) -> None:
-    """ValueError when no conv or dense layer became QNN; a warning naming the float ones left."""
-    counts = op_counts(mod)
-    float_ops = {op: counts[op] for op in FLOAT_COMPUTE_OPS if counts.get(op)}
-    integer = sum(counts.get(op, 0) for op in QNN_COMPUTE_OPS)
-    if float_ops and not integer:
-        raise ValueError(
-            f"{name}: no conv or dense layer of the quantized ONNX model became integer "
-            f"(float: {_listing(float_ops)}); are its QuantizeLinear/DequantizeLinear pairs around them?"
-        )
-    if float_ops:
-        logger.warning("%s: %d conv/dense layers are int8, these stay float32: %s", name, integer, _listing(float_ops))
-
-
-def _listing(counts: dict[str, int]) -> str:
-    return ", ".join(f"{count} {op}" for op, count in counts.items())

@@ -1,0 +1,388 @@
+"""The ATen and quantized_decomposed ops of PT2E programs as Relay: :data:`CONVERTERS`.
+
+Each converter takes the :class:`~relay_ext.frontend.pt2e_graph.GraphConverter` and an FX node and
+returns the Relay expression computing the same as PyTorch running the program: quantize and
+dequantize as ``qnn.quantize`` / ``qnn.dequantize``, every other op in float (the QNN passes make
+the regions between them integer afterwards, :mod:`.qnn_passes`). Two PT2E patterns get more than a
+one-to-one translation:
+
+* a residual ``add`` of a dequantized tensor and a conv's float output (X86InductorQuantizer's conv
+  + add): int32 quantize/dequantize pairs on both operands (:func:`int32_residual_operands`), so
+  that the conv becomes ``qnn.conv2d`` too;
+* float activations the quantizer leaves between a conv's float output and the next quantize
+  (``silu``, ``sigmoid``, ``hardswish``, ``hardsigmoid``: EfficientNet's swish and squeeze-
+  excitation gate, MobileNetV3's): written with ``divide`` (:func:`float_sigmoid`), an op TVM's
+  ``FakeQuantizationToInteger`` does not convert, so the pass keeps them float as PyTorch computes
+  them. Written as ``sigmoid`` / ``multiply``, the pass took them into the conv's integer region
+  and built ``qnn.sigmoid`` / ``qnn.mul`` of the conv's int32 accumulator: ``Expected quantized
+  type(int8, uint8) for input but was int32`` (EfficientNet-B0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tvm import relay
+
+from .pt2e_graph import DEQUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
+
+
+def _pair(value: Any, length: int = 2) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value) * (length if len(value) == 1 else 1)
+    return (int(value),) * length
+
+
+def _dtype(torch_dtype: torch.dtype) -> str:
+    return {torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32"}[torch_dtype]
+
+
+def _quantize(converter: GraphConverter, node: Any) -> relay.Expr:
+    per_channel = op_name(node.target).endswith("per_channel")
+    data = converter.input(node)
+    scale, zero_point = converter.arg(node, 1), converter.arg(node, 2)
+    axis = int(converter.arg(node, 3)) if per_channel else -1
+    quant_min, quant_max, dtype = (converter.arg(node, i) for i in ((4, 5, 6) if per_channel else (3, 4, 5)))
+    out_dtype = _dtype(dtype)
+    quantized = relay.qnn.op.quantize(data, _float_const(scale), _int_const(zero_point), axis=axis,
+                                      out_dtype=out_dtype)
+    info = np.iinfo(out_dtype)
+    if (quant_min, quant_max) != (info.min, info.max):
+        quantized = relay.clip(quantized, quant_min, quant_max)
+    return quantized
+
+
+def _dequantize(converter: GraphConverter, node: Any) -> relay.Expr:
+    per_channel = op_name(node.target).endswith("per_channel")
+    data = converter.arg(node, 0)
+    scale, zero_point = converter.arg(node, 1), converter.arg(node, 2)
+    axis = int(converter.arg(node, 3)) if per_channel else -1
+    if isinstance(data, Constant):  # an int8 weight
+        data = relay.const(data.array)
+    return relay.qnn.op.dequantize(data, _float_const(scale), _int_const(zero_point), axis=axis)
+
+
+def _float_const(value: Any) -> relay.Constant:
+    array = value.array if isinstance(value, Constant) else np.asarray(value)
+    return relay.const(array.astype("float32").reshape(-1) if array.size > 1 else array.astype("float32").reshape(()))
+
+
+def _int_const(value: Any) -> relay.Constant:
+    """A zero point as an int32 constant; per-channel zero points that are all equal (PT2E's
+    symmetric weights: all 0) as one scalar, so that QNN's lowering sees the zero point and drops
+    the correction terms a nonzero weight zero point needs (input sums per output channel)."""
+    array = value.array if isinstance(value, Constant) else np.asarray(value if value is not None else 0)
+    array = array.astype("int32").reshape(-1)
+    if array.size == 1 or np.all(array == array[0]):
+        return relay.const(array[0])
+    return relay.const(array)
+
+
+def _conv2d(converter: GraphConverter, node: Any) -> relay.Expr:
+    data, weight = converter.input(node, 0), converter.input(node, 1)
+    bias = converter.arg(node, 2, "bias")
+    weight_shape = tuple(int(d) for d in node.args[1].meta["val"].shape)
+    if len(weight_shape) != 4:
+        raise UnsupportedOperator(f"only 2-D convolutions are supported, weight shape {weight_shape}")
+    padding = converter.arg(node, 4, "padding", [0])
+    if isinstance(padding, str):
+        raise UnsupportedOperator(f"padding={padding!r} (give the padding as numbers)")
+    out = relay.nn.conv2d(
+        data, weight,
+        strides=_pair(converter.arg(node, 3, "stride", [1])),
+        padding=_pair(padding),
+        dilation=_pair(converter.arg(node, 5, "dilation", [1])),
+        groups=int(converter.arg(node, 6, "groups", 1)),
+        channels=weight_shape[0],
+        kernel_size=weight_shape[2:],
+    )
+    return out if bias is None else relay.nn.bias_add(out, converter.expr(bias), axis=1)
+
+
+def _linear(converter: GraphConverter, node: Any) -> relay.Expr:
+    data, weight = converter.input(node, 0), converter.input(node, 1)
+    bias = converter.arg(node, 2, "bias")
+    in_shape = tuple(int(d) for d in node.args[0].meta["val"].shape)
+    units = int(node.args[1].meta["val"].shape[0])
+    if len(in_shape) != 2:
+        data = relay.reshape(data, (-1, in_shape[-1]))
+    out = relay.nn.dense(data, weight, units=units)
+    if bias is not None:
+        out = relay.nn.bias_add(out, converter.expr(bias), axis=-1)
+    if len(in_shape) != 2:
+        out = relay.reshape(out, converter.shape(node))
+    return out
+
+
+def _binary(op: Callable[[relay.Expr, relay.Expr], relay.Expr]) -> Converter:
+    def convert(converter: GraphConverter, node: Any) -> relay.Expr:
+        alpha = node.kwargs.get("alpha", 1)
+        left, right = converter.input(node, 0), converter.input(node, 1)
+        if alpha != 1:
+            right = relay.multiply(right, relay.const(float(alpha)))
+        if op is relay.add and alpha == 1:
+            left, right = int32_residual_operands(node, left, right)
+        return op(left, right)
+
+    return convert
+
+
+# The int32 step of a residual add, as a fraction of its quantized operand's step (see below).
+RESIDUAL_STEP_FRACTION = 1.0 / 256
+
+
+def int32_residual_operands(node: Any, left: relay.Expr, right: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
+    """X86InductorQuantizer leaves a conv's output float when it feeds a residual add (PT2E fuses
+    conv + add in one int8 kernel): ``add(dequantize(a), conv(...)) -> quantize``. For
+    FakeQuantizationToInteger both operands of the add must be quantized alike, so both get an
+    int32 quantize/dequantize pair at a step 256 times finer than ``a``'s, zero point 0: the conv
+    becomes ``qnn.conv2d`` requantized to that int32 step, ``a`` is only shifted, and the add is
+    integer. The conv's output is rounded to 1/256 of ``a``'s step, far below the add's own output
+    step, where PyTorch adds in float."""
+    args = node.args[:2]
+    quantized = [_dequantized_scale(arg) for arg in args]
+    if (quantized[0] is None) == (quantized[1] is None):
+        return left, right  # both quantized (an integer add as it is) or neither
+    step = relay.const(np.float32((quantized[0] or quantized[1]) * RESIDUAL_STEP_FRACTION))
+    zero = relay.const(np.int32(0))
+
+    def fake_int32(expr: relay.Expr) -> relay.Expr:
+        return relay.qnn.op.dequantize(relay.qnn.op.quantize(expr, step, zero, out_dtype="int32"), step, zero)
+
+    return fake_int32(left), fake_int32(right)
+
+
+def _dequantized_scale(arg: Any) -> float | None:
+    """The step of ``arg`` when it is a per-tensor dequantize's output, else None."""
+    if not isinstance(arg, torch.fx.Node) or arg.op != "call_function":
+        return None
+    if op_name(arg.target) != DEQUANTIZE_PER_TENSOR:
+        return None
+    scale = arg.args[1]
+    if isinstance(scale, (int, float)):
+        return float(scale)
+    return None
+
+
+def _unary(op: Callable[[relay.Expr], relay.Expr]) -> Converter:
+    return lambda converter, node: op(converter.input(node, 0))
+
+
+def float_sigmoid(x: relay.Expr) -> relay.Expr:
+    """``1 / (1 + exp(-x))``: sigmoid in float, with ``divide`` and ``negative``, which
+    FakeQuantizationToInteger does not convert, so that it stays float (module docstring)."""
+    return relay.divide(relay.const(1.0), relay.add(relay.const(1.0), relay.exp(relay.negative(x))))
+
+
+def float_silu(x: relay.Expr) -> relay.Expr:
+    """``x * sigmoid(x)`` as ``x / (1 + exp(-x))``, float (see :func:`float_sigmoid`)."""
+    return relay.divide(x, relay.add(relay.const(1.0), relay.exp(relay.negative(x))))
+
+
+def _hardsigmoid(x: relay.Expr) -> relay.Expr:
+    return relay.divide(relay.clip(relay.add(x, relay.const(3.0)), 0.0, 6.0), relay.const(6.0))
+
+
+def _hardswish(x: relay.Expr) -> relay.Expr:
+    return relay.multiply(x, _hardsigmoid(x))
+
+
+def _hardtanh(converter: GraphConverter, node: Any) -> relay.Expr:
+    return relay.clip(converter.input(node), float(converter.arg(node, 1, "min_val", -1.0)),
+                      float(converter.arg(node, 2, "max_val", 1.0)))
+
+
+def _max_pool2d(converter: GraphConverter, node: Any) -> relay.Expr:
+    kernel = _pair(converter.arg(node, 1))
+    stride = converter.arg(node, 2, "stride", []) or kernel
+    return relay.nn.max_pool2d(converter.input(node), pool_size=kernel, strides=_pair(stride),
+                               padding=_pair(converter.arg(node, 3, "padding", 0)),
+                               dilation=_pair(converter.arg(node, 4, "dilation", 1)),
+                               ceil_mode=bool(converter.arg(node, 5, "ceil_mode", False)))
+
+
+def _avg_pool2d(converter: GraphConverter, node: Any) -> relay.Expr:
+    kernel = _pair(converter.arg(node, 1))
+    stride = converter.arg(node, 2, "stride", []) or kernel
+    if converter.arg(node, 6, "divisor_override") is not None:
+        raise UnsupportedOperator("avg_pool2d with divisor_override")
+    return relay.nn.avg_pool2d(converter.input(node), pool_size=kernel, strides=_pair(stride),
+                               padding=_pair(converter.arg(node, 3, "padding", 0)),
+                               ceil_mode=bool(converter.arg(node, 4, "ceil_mode", False)),
+                               count_include_pad=bool(converter.arg(node, 5, "count_include_pad", True)))
+
+
+def _adaptive_avg_pool2d(converter: GraphConverter, node: Any) -> relay.Expr:
+    size = _pair(converter.arg(node, 1))
+    if size == (1, 1):
+        return relay.nn.global_avg_pool2d(converter.input(node))
+    return relay.nn.adaptive_avg_pool2d(converter.input(node), output_size=size)
+
+
+def _mean(converter: GraphConverter, node: Any) -> relay.Expr:
+    dims = converter.arg(node, 1, "dim")
+    axis = None if dims is None else [int(d) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    return relay.mean(converter.input(node), axis=axis, keepdims=bool(converter.arg(node, 2, "keepdim", False)))
+
+
+def _cat(converter: GraphConverter, node: Any) -> relay.Expr:
+    """``cat``, with every operand that is not a dequantized tensor quantized at the parameters of
+    the quantize after the cat (when there is one, through shape ops): a conv's float output that
+    X86InductorQuantizer concatenates unquantized (ShuffleNet's branch, GoogLeNet's) would
+    otherwise reach ``qnn.concatenate`` with the conv's per-channel int32 scale, where TVM wants one
+    scale per operand (``Check failed: tensor_type->shape.size() == 0``). Concatenating moves
+    values only, so quantizing an operand before it at the output's parameters gives exactly what
+    quantizing after it gives. Dequantized operands keep their own scales; ``qnn.concatenate``
+    requantizes them to the output's."""
+    tensors = [converter.expr(value) for value in converter.arg(node, 0)]
+    after = following_quantize(node)
+    if after is not None:
+        tensors = [tensor if is_dequantized(arg) else fake_quantize(converter, after, tensor)
+                   for arg, tensor in zip(node.args[0], tensors)]
+    return relay.concatenate(tensors, axis=int(converter.arg(node, 1, "dim", 0)))
+
+
+# Ops through which a value keeps its quantization (moves, splits, reshapes, the identity).
+_PASS_THROUGH = SHAPE_OPS | {"aten.chunk", "aten.split", "aten.split_with_sizes", "_operator.getitem"}
+
+
+def is_dequantized(arg: Any) -> bool:
+    """Whether ``arg`` is a per-tensor dequantize's output, through ops that only move values."""
+    while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and op_name(arg.target) in _PASS_THROUGH:
+        arg = arg.args[0]
+    return isinstance(arg, torch.fx.Node) and arg.op == "call_function" and op_name(arg.target) == DEQUANTIZE_PER_TENSOR
+
+
+def following_quantize(node: Any) -> Any:
+    """The per-tensor quantize that takes ``node``'s value, through single-user ops that only move
+    values; None when the value goes anywhere else."""
+    while len(node.users) == 1:
+        (node,) = node.users
+        name = op_name(node.target) if node.op == "call_function" else ""
+        if name == "quantized_decomposed.quantize_per_tensor":
+            return node
+        if name not in _PASS_THROUGH:
+            return None
+    return None
+
+
+def fake_quantize(converter: GraphConverter, quantize: Any, tensor: relay.Expr) -> relay.Expr:
+    """``tensor`` quantized and dequantized with the parameters of the node ``quantize``."""
+    scale, zero_point = _float_const(converter.arg(quantize, 1)), _int_const(converter.arg(quantize, 2))
+    quant_min, quant_max, dtype = (converter.arg(quantize, i) for i in (3, 4, 5))
+    out_dtype = _dtype(dtype)
+    quantized = relay.qnn.op.quantize(tensor, scale, zero_point, out_dtype=out_dtype)
+    if (quant_min, quant_max) != (np.iinfo(out_dtype).min, np.iinfo(out_dtype).max):
+        quantized = relay.clip(quantized, quant_min, quant_max)
+    return relay.qnn.op.dequantize(quantized, scale, zero_point)
+
+
+def _reshape(converter: GraphConverter, node: Any) -> relay.Expr:
+    return relay.reshape(converter.input(node), converter.shape(node))
+
+
+def _permute(converter: GraphConverter, node: Any) -> relay.Expr:
+    return relay.transpose(converter.input(node), [int(d) for d in converter.arg(node, 1, "dims")])
+
+
+def _transpose(converter: GraphConverter, node: Any) -> relay.Expr:
+    """``transpose(x, a, b)``: swap two axes (ShuffleNet's channel shuffle)."""
+    rank = len(converter.shape(node))
+    axes = list(range(rank))
+    first, second = (int(converter.arg(node, i)) % rank for i in (1, 2))
+    axes[first], axes[second] = axes[second], axes[first]
+    return relay.transpose(converter.input(node), axes)
+
+
+def _split_points(sizes: list[int]) -> list[int]:
+    return [int(point) for point in np.cumsum(sizes)[:-1]]
+
+
+def _chunk(converter: GraphConverter, node: Any) -> Any:
+    """``chunk(x, n, dim)``: PyTorch's pieces (the last may be smaller), as the program's
+    metadata gives their sizes; a tuple read with ``getitem`` (ShuffleNet's channel split)."""
+    dim = int(converter.arg(node, 2, "dim", 0))
+    sizes = [int(piece.shape[dim]) for piece in node.meta["val"]]
+    return relay.split(converter.input(node), _split_points(sizes), axis=dim)
+
+
+def _split(converter: GraphConverter, node: Any) -> Any:
+    """``split(x, size or sizes, dim)`` and ``split_with_sizes``: as :func:`_chunk`."""
+    dim = int(converter.arg(node, 2, "dim", 0))
+    sizes = [int(piece.shape[dim]) for piece in node.meta["val"]]
+    return relay.split(converter.input(node), _split_points(sizes), axis=dim)
+
+
+def _identity(converter: GraphConverter, node: Any) -> Any:
+    return converter.arg(node, 0)
+
+
+def _dropout(converter: GraphConverter, node: Any) -> Any:
+    """``dropout(x, p, train)`` of an inference program (``train`` False): the identity."""
+    if converter.arg(node, 2, "train", False):
+        raise UnsupportedOperator("dropout in training mode; export the model after model.eval()")
+    return converter.arg(node, 0)
+
+
+def _no_value(converter: GraphConverter, node: Any) -> None:  # metadata asserts return nothing
+    return None
+
+
+def _getitem(converter: GraphConverter, node: Any) -> Any:
+    return converter.arg(node, 0)[int(node.args[1])]
+
+
+CONVERTERS: dict[str, Converter] = {
+    "quantized_decomposed.quantize_per_tensor": _quantize,
+    "quantized_decomposed.quantize_per_channel": _quantize,
+    "quantized_decomposed.dequantize_per_tensor": _dequantize,
+    "quantized_decomposed.dequantize_per_channel": _dequantize,
+    "aten.conv2d": _conv2d,
+    "aten.linear": _linear,
+    "aten.add": _binary(relay.add),
+    "aten.add_": _binary(relay.add),
+    "aten.mul": _binary(relay.multiply),
+    "aten.mul_": _binary(relay.multiply),
+    "aten.relu": _unary(relay.nn.relu),
+    "aten.relu_": _unary(relay.nn.relu),
+    "aten.hardtanh": _hardtanh,
+    "aten.hardtanh_": _hardtanh,
+    "aten.sigmoid": _unary(float_sigmoid),
+    "aten.sigmoid_": _unary(float_sigmoid),
+    "aten.hardsigmoid": _unary(_hardsigmoid),
+    "aten.hardsigmoid_": _unary(_hardsigmoid),
+    "aten.hardswish": _unary(_hardswish),
+    "aten.hardswish_": _unary(_hardswish),
+    "aten.silu": _unary(float_silu),
+    "aten.silu_": _unary(float_silu),
+    "aten.max_pool2d": _max_pool2d,
+    "aten.avg_pool2d": _avg_pool2d,
+    "aten.adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "aten.mean": _mean,
+    "aten.cat": _cat,
+    "aten.flatten": _reshape,
+    "aten.reshape": _reshape,
+    "aten.view": _reshape,
+    "aten._unsafe_view": _reshape,
+    "aten.squeeze": _reshape,
+    "aten.unsqueeze": _reshape,
+    "aten.permute": _permute,
+    "aten.transpose": _transpose,
+    "aten.chunk": _chunk,
+    "aten.split": _split,
+    "aten.split_with_sizes": _split,
+    "aten.clone": _identity,
+    "aten.contiguous": _identity,
+    "aten.dropout": _dropout,
+    "aten.dropout_": _dropout,
+    "aten.feature_dropout": _dropout,
+    "aten.feature_dropout_": _dropout,
+    "aten.alias": _identity,
+    "aten.detach": _identity,
+    "aten._assert_tensor_metadata": _no_value,
+    "_operator.getitem": _getitem,
+}
+

