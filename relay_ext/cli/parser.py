@@ -14,6 +14,7 @@ the command line of quantfuse:
     quantfuse tune ... --minutes 15      # a wall-clock budget, alone or with --trials
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch/ORT/OpenVINO/Inductor
+    quantfuse bench --model resnet18 --target host   # no tuning: the no-search build vs the same
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
     quantfuse export --model resnet18 --target host --work-dir w --out model.so   # + model.json
     quantfuse run --lib model.so --input x.npy [--out y.npy] [--repeat 20] [--rpc H:P:KEY]
@@ -167,7 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure on the servers registered under KEY with the TVM RPC tracker "
                            "at HOST:PORT (default: measure on this machine)")
     bench = command("bench", model)
-    bench.add_argument("--work-dir", required=True, help="a work dir that 'quantfuse tune' filled")
+    bench.add_argument("--work-dir", default=None,
+                       help="a work dir that 'quantfuse tune' filled: its tuned build is timed, "
+                            "report.md and latency.png go there (default: none; the no-search "
+                            "build and TVM's untuned one are timed, no report is written)")
     bench.add_argument("--variant", default="ours", help="rule set it was tuned with (default ours)")
     bench.add_argument("--repeats", type=positive_int, default=10,
                        help="timed repeats; the median is reported (default 10)")
