@@ -42,7 +42,7 @@ from tvm import relay
 from meta_rules.amx_conv import target_has_amx
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.targets import as_target, check_runs_here, normalize_target
+from ..lowering.targets import check_runs_here, normalize_target, resolve_target
 from ..tuning.build import copy_module
 from .build import TunedBuild, tuned_build, untuned_build
 from .runtime import FORMAT, file_digest, manifest_path
@@ -70,7 +70,7 @@ def check_export_kind(target: TargetLike) -> None:
     CPU); a target TVM cannot build for in this wheel (CUDA without a CUDA build) says so. Cheap:
     nothing is normalised, nothing logged."""
     try:
-        kind = as_target(target).kind.name
+        kind = resolve_target(target).kind.name
     except ValueError as error:
         raise ExportError(str(error)) from None
     if kind != "llvm":
