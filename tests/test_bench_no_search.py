@@ -48,8 +48,8 @@ def test_bench_without_a_work_dir_times_the_no_search_and_the_untuned_build(avx2
 
 
 def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, monkeypatch):
-    """The never-slower rule's timings are kept in the work dir: the second bench calls
-    ``time_task`` for no task and reports the same choices."""
+    """The never-slower rule's timings are kept in the work dir: the second bench, and an export
+    after it, call ``time_task`` for no task and make the same choices."""
     work_dir, _ = tiny_tuned
     calls = []
     timed = never_slower.time_task
@@ -69,3 +69,12 @@ def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, mo
     assert [row["configuration"] for row in second["rows"]] == [
         row["configuration"] for row in first["rows"]]
     assert (work_dir / REPORT_FILE).exists()
+
+    # export builds what bench timed, from the same cache (same threads: --threads 1)
+    library = work_dir / "tiny.so"
+    assert cli.main(["export", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
+                     "--threads", "1", "--out", str(library)]) == 0
+    assert calls == [] and library.exists()
+    manifest = json.loads(library.with_suffix(".json").read_text())
+    assert sorted(manifest["records"]["defaults"]) == sorted(
+        task["task"] for task in first["tasks_vs_default"] if task["uses_default"])
