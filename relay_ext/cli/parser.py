@@ -79,8 +79,10 @@ COMMANDS = {
              "exits 0; run the same command again to tune M more minutes. A task whose design "
              "space is exhausted ends early and leaves its trials to the others. A half-written last line (a killed run) is set aside in "
              "<file>.broken-<time> with a warning."),
-    "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime / OpenVINO / Inductor int8",
-              "Compile the model with the work dir's tuned database, check its output against "
+    "bench": ("latency: TVM tuned (or no-search) vs untuned vs PyTorch / ONNX Runtime / "
+              "OpenVINO / Inductor int8",
+              "Compile the model with the work dir's tuned database (without --work-dir: the "
+              "no-search build, quantfuse's rules with no tuning), check its output against "
               "its reference runtime (PyTorch for TorchScript, ONNX Runtime for ONNX; in output "
               "quantization steps), time TVM (time_evaluator), TVM's untuned default build and "
               "the reference (for a built-in model PyTorch and an ONNX Runtime export of it) "
@@ -88,7 +90,7 @@ COMMANDS = {
               "program; each compiled once, its output checked, or one line saying why it "
               "did not run) in interleaved rounds on the same input with "
               "the same thread count; print a table with ratios and the fastest peer, and write "
-              "report.md and latency.png into the work dir."),
+              "report.md and latency.png into the work dir (none without one)."),
     "export": ("write what bench timed as model.so + model.json (TVM runtime only)",
                "Build the model exactly as 'quantfuse bench' builds its tuned row (the work dir's "
                "records under the never-slower rule, timed with --threads threads; without "
