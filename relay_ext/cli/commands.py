@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from . import EXIT_INTERRUPTED
 from .inputs import (
@@ -166,27 +168,33 @@ def onnx_export_for_bench(model: str, image_size: int, work_dir: Path, note_to=N
         return None
 
 
-def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repeats: int = 10,
+def bench(loaded, database, work_dir: Optional[Path], target, variant: str = "ours", repeats: int = 10,
           number: int = 10, threads=None, onnx_model=None, as_json: bool = False,
           never_slower: bool = True, peers: bool = True, builtin_model=None):
     """Measure, print the table (``as_json``: one JSON object on stdout, and nothing else there),
-    write report.md and the chart; returns the BenchResult. ``peers``: time OpenVINO and PyTorch
+    write report.md and the chart into ``work_dir``; returns the BenchResult. ``database`` and
+    ``work_dir`` None: the no-search build is timed instead of the tuned one, and no report is
+    written. With a work dir the never-slower rule's timings are kept there
+    (``NEVER_SLOWER_FILE``): a second bench times no task again. ``peers``: time OpenVINO and PyTorch
     Inductor too; ``builtin_model``: the built-in model's name (its PT2E program for Inductor)."""
     from relay_ext.report.latency import measure_latency
     from relay_ext.report.latency_report import write_report
     from relay_ext.report.tables import text_table
+    from relay_ext.tuning.work_dir import NEVER_SLOWER_FILE
 
     result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
                              threads=threads, onnx_model=onnx_model, never_slower=never_slower,
-                             peers=peers, builtin_model=builtin_model)
+                             peers=peers, builtin_model=builtin_model,
+                             cache_path=None if work_dir is None else work_dir / NEVER_SLOWER_FILE)
     if as_json:  # issue 18 item 5
-        paths = write_report(result, work_dir)
         print(json.dumps(result.to_dict(), indent=2))
-        print(f"wrote {paths['report']} and {paths['chart']}", file=sys.stderr)
+        if work_dir is not None:
+            paths = write_report(result, work_dir)
+            print(f"wrote {paths['report']} and {paths['chart']}", file=sys.stderr)
         return result
     print(f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
           f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
-    print(f"TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization "
+    print(f"{result.main} vs {result.reference}: max {result.max_steps:.2f} output quantization "
           f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
           f"untuned: {result.untuned_max_steps:.2f}")
     for line in result.runtime_lines() + result.peer_lines() + result.default_lines():
@@ -197,6 +205,9 @@ def bench(loaded, database, work_dir: Path, target, variant: str = "ours", repea
         print(f"\n{result.summary_line()}")
     if result.busy_warning:
         print(f"\n{result.busy_warning}")
+    if work_dir is None:
+        print("\n(no report.md or chart: they go to --work-dir)")
+        return result
     paths = write_report(result, work_dir)
     print(f"\nwrote {paths['report']} and {paths['chart']}")
     return result
@@ -211,19 +222,23 @@ def cmd_bench(args) -> int:
     if run.target.kind.name != "llvm":
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
     check_runs_here(run.target)
-    work_dir = Path(args.work_dir)
-    database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
-    work_dir_checked(run.check_tuned_for, work_dir)
+    work_dir = None if args.work_dir is None else Path(args.work_dir)
+    database = None  # no work dir: bench times the no-search build (issue 29)
+    if work_dir is not None:
+        database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
+        work_dir_checked(run.check_tuned_for, work_dir)
     loaded = load_model(args)
     if loaded.output_scale is None:
         raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
     warn_if_generic_llvm(args.target, run.target)
     built_in = not is_model_file(args.model)
-    onnx_model = (onnx_export_for_bench(args.model, args.image_size, work_dir,
-                                        sys.stderr if args.json else None)
-                  if built_in else None)
-    bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
-          args.threads, onnx_model, as_json=args.json,
-          never_slower=not args.keep_slower_records, peers=not args.no_peers,
-          builtin_model=args.model if built_in else None)
+    with tempfile.TemporaryDirectory(prefix="quantfuse-bench-") as scratch:
+        # without a work dir the ONNX export for ONNX Runtime's row goes to a temporary dir
+        onnx_model = (onnx_export_for_bench(args.model, args.image_size, work_dir or Path(scratch),
+                                            sys.stderr if args.json else None)
+                      if built_in else None)
+        bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
+              args.threads, onnx_model, as_json=args.json,
+              never_slower=not args.keep_slower_records, peers=not args.no_peers,
+              builtin_model=args.model if built_in else None)
     return 0

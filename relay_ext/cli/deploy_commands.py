@@ -35,16 +35,18 @@ def cmd_export(args) -> int:
         raise BadInput(str(error)) from None
     target = resolve_target(args.target, variant)
     check_runs_here(target)  # nor one whose code this CPU cannot run
-    database = None
+    database = cache_path = None
     if args.work_dir is not None:
-        from relay_ext.tuning.work_dir import open_tuned_database
+        from relay_ext.tuning.work_dir import NEVER_SLOWER_FILE, open_tuned_database
 
+        cache_path = Path(args.work_dir) / NEVER_SLOWER_FILE  # bench's timings, kept there
         database = work_dir_checked(open_tuned_database, Path(args.work_dir))
         work_dir_checked(run_description(args, target).check_tuned_for, Path(args.work_dir))
     loaded = load_model(args)
     warn_if_generic_llvm(args.target, target)
     result = export(out, loaded.mod, loaded.params, target, database, variant, args.threads,
-                    never_slower=not args.keep_slower_records, model_name=loaded.name)
+                    never_slower=not args.keep_slower_records, model_name=loaded.name,
+                    cache_path=cache_path)
     manifest = result.manifest
     records = manifest["records"]
     if database is None:

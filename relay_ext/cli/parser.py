@@ -14,6 +14,7 @@ the command line of quantfuse:
     quantfuse tune ... --minutes 15      # a wall-clock budget, alone or with --trials
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch/ORT/OpenVINO/Inductor
+    quantfuse bench --model resnet18 --target host   # no tuning: the no-search build vs the same
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
     quantfuse export --model resnet18 --target host --work-dir w --out model.so   # + model.json
     quantfuse run --lib model.so --input x.npy [--out y.npy] [--repeat 20] [--rpc H:P:KEY]
@@ -78,8 +79,10 @@ COMMANDS = {
              "exits 0; run the same command again to tune M more minutes. A task whose design "
              "space is exhausted ends early and leaves its trials to the others. A half-written last line (a killed run) is set aside in "
              "<file>.broken-<time> with a warning."),
-    "bench": ("latency: TVM tuned vs untuned vs PyTorch / ONNX Runtime / OpenVINO / Inductor int8",
-              "Compile the model with the work dir's tuned database, check its output against "
+    "bench": ("latency: TVM tuned (or no-search) vs untuned vs PyTorch / ONNX Runtime / "
+              "OpenVINO / Inductor int8",
+              "Compile the model with the work dir's tuned database (without --work-dir: the "
+              "no-search build, quantfuse's rules with no tuning), check its output against "
               "its reference runtime (PyTorch for TorchScript, ONNX Runtime for ONNX; in output "
               "quantization steps), time TVM (time_evaluator), TVM's untuned default build and "
               "the reference (for a built-in model PyTorch and an ONNX Runtime export of it) "
@@ -87,7 +90,7 @@ COMMANDS = {
               "program; each compiled once, its output checked, or one line saying why it "
               "did not run) in interleaved rounds on the same input with "
               "the same thread count; print a table with ratios and the fastest peer, and write "
-              "report.md and latency.png into the work dir."),
+              "report.md and latency.png into the work dir (none without one)."),
     "export": ("write what bench timed as model.so + model.json (TVM runtime only)",
                "Build the model exactly as 'quantfuse bench' builds its tuned row (the work dir's "
                "records under the never-slower rule, timed with --threads threads; without "
@@ -167,7 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure on the servers registered under KEY with the TVM RPC tracker "
                            "at HOST:PORT (default: measure on this machine)")
     bench = command("bench", model)
-    bench.add_argument("--work-dir", required=True, help="a work dir that 'quantfuse tune' filled")
+    bench.add_argument("--work-dir", default=None,
+                       help="a work dir that 'quantfuse tune' filled: its tuned build is timed, "
+                            "report.md and latency.png go there (default: none; the no-search "
+                            "build and TVM's untuned one are timed, no report is written)")
     bench.add_argument("--variant", default="ours", help="rule set it was tuned with (default ours)")
     bench.add_argument("--repeats", type=positive_int, default=10,
                        help="timed repeats; the median is reported (default 10)")

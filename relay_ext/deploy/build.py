@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Union
 
 import tvm
 from tvm import meta_schedule as ms
@@ -58,17 +58,20 @@ def default_threads(threads: Optional[int] = None) -> int:
 def tuned_build(database: ms.Database, mod: tvm.IRModule,
                 params: Optional[Mapping[str, tvm.nd.NDArray]], target: TargetLike,
                 variant: str = "ours", threads: Optional[int] = None,
-                never_slower: bool = True) -> TunedBuild:
+                never_slower: bool = True,
+                cache_path: Union[str, os.PathLike, None] = None) -> TunedBuild:
     """Bench's tuned build of ``mod`` with ``database``'s records (see the module doc);
     ``never_slower=False``: every workload's fastest buildable record, as ``bench
-    --keep-slower-records`` builds it. Works on a copy of ``mod``."""
+    --keep-slower-records`` builds it. ``cache_path``: the never-slower rule's timing cache, as
+    bench keeps it in its work dir (``work_dir / NEVER_SLOWER_FILE``): tasks timed there are
+    not timed again. Works on a copy of ``mod``."""
     target, variant = normalize_target(target), check_variant(variant)
     if not never_slower:
         return TunedBuild(build_with_records(database, mod, params, target, variant), None, [])
     check_runs_here(target)  # the rule times code: code this CPU cannot run would kill us
     threads = default_threads(threads)
     lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
-        database, mod, params, target, variant))
+        database, mod, params, target, variant, cache_path=cache_path))
     for comparison in kept.defaults:
         logger.info("TVM's default schedule kept: %s", comparison)
     return TunedBuild(lib, threads, list(kept.comparisons))

@@ -110,20 +110,24 @@ def check_output_path(path: PathLike) -> Path:
 def export(path: PathLike, mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
            target: TargetLike, database: Optional[ms.Database] = None, variant: str = "ours",
            threads: Optional[int] = None, never_slower: bool = True,
-           model_name: Optional[str] = None) -> ExportResult:
+           model_name: Optional[str] = None,
+           cache_path: Optional[PathLike] = None) -> ExportResult:
     """Build ``mod`` as ``quantfuse bench`` builds it (with ``database``: its tuned row under the
     never-slower rule, timed with ``threads`` threads, default every CPU; ``never_slower=False``
     as ``bench --keep-slower-records``; without ``database``: its untuned row) and write it as
     ``path`` (a ``.so``) with its ``.json`` description beside it, atomically (module doc).
     ExportError (a ValueError) for a target this machine cannot build for or run, or a path it
-    cannot write, before anything is built."""
+    cannot write, before anything is built. ``cache_path``: the never-slower rule's timing cache
+    (the work dir's ``NEVER_SLOWER_FILE``, as bench keeps it: an export after bench times
+    nothing again)."""
     target = check_export_target(target)
     variant = check_variant(variant)
     path = check_output_path(path)
     if database is None:
         built = TunedBuild(untuned_build(mod, params, target), None, [])
     else:
-        built = tuned_build(database, mod, params, target, variant, threads, never_slower)
+        built = tuned_build(database, mod, params, target, variant, threads, never_slower,
+                            cache_path)
     manifest = describe(mod, params, target, variant, database, built, model_name)
     manifest = write_atomically(path, built.lib, manifest)
     logger.info("wrote %s and %s", path, manifest_path(path))

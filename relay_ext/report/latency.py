@@ -48,9 +48,11 @@ class BenchResult:
     threads: int
     repeats: int
     number: int
-    timings: Dict[str, Timing]  # label -> timing; TUNED and UNTUNED first, then the references
+    # label -> timing; TUNED (or NO_SEARCH without a work dir) and UNTUNED first, then the
+    # references
+    timings: Dict[str, Timing]
     reference: str              # the runtime TVM's outputs are compared with ("PyTorch int8")
-    max_steps: float            # TVM tuned vs the reference
+    max_steps: float            # TVM's main row (tuned, else no-search) vs the reference
     mean_steps: float
     fraction_equal: float
     untuned_max_steps: float
@@ -70,18 +72,24 @@ class BenchResult:
     versions: Dict[str, Optional[str]] = dataclasses.field(default_factory=dict)  # label -> version
 
     @property
+    def main(self) -> str:
+        """The TVM row ratios and the summary use: TUNED, or NO_SEARCH when bench had no work dir
+        (no tuned row)."""
+        return TUNED if TUNED in self.timings else NO_SEARCH
+
+    @property
     def fastest_peer(self) -> Optional[Tuple[str, float]]:
         """(label, median ms) of the fastest runtime timed beside TVM, None when none was."""
         return fastest({label: self.timings[label].median_ms for label in self.references})
 
     def summary_line(self) -> Optional[str]:
-        """TVM tuned against the fastest peer, for people."""
+        """TVM tuned (else no-search) against the fastest peer, for people."""
         best = self.fastest_peer
         if best is None:
             return None
-        ratio = self.ratio(TUNED, best[0])
+        ratio = self.ratio(self.main, best[0])
         verdict = "faster than" if ratio < 1 else "slower than" if ratio > 1 else "as fast as"
-        return (f"fastest peer: {best[0]} ({best[1]:.3f} ms); TVM tuned is {ratio:.2f}x its time "
+        return (f"fastest peer: {best[0]} ({best[1]:.3f} ms); {self.main} is {ratio:.2f}x its time "
                 f"({verdict} it)")
 
     def peer_lines(self) -> List[str]:
@@ -124,22 +132,23 @@ class BenchResult:
     def references(self) -> List[str]:
         """The labels of the runtimes TVM is compared with (PyTorch int8, ONNX Runtime int8, the
         peers that ran)."""
-        return [label for label in self.timings if label not in (TUNED, UNTUNED)]
+        return [label for label in self.timings if label not in TVM_ROWS]
 
     @property
     def header(self) -> List[str]:
-        return ["", "median ms", "spread ms", f"/ {TUNED}",
+        return ["", "median ms", "spread ms", f"/ {self.main}",
                 *[f"/ {label.replace(' int8', '')}" for label in self.references]]
 
     def label(self, label: str) -> str:
         """A configuration's name as the table prints it ("TVM tuned (ours)", "PyTorch int8")."""
-        return f"{label} ({self.variant})" if label == TUNED else label
+        return f"{label} ({self.variant})" if label in (TUNED, NO_SEARCH) else label
 
     def to_dict(self) -> Dict[str, object]:
         """The result as ``quantfuse bench --json`` prints it: ``model``, ``target``, ``threads``,
         ``host_flags`` (the vector/VNNI/AMX flags this host's OS enables), ``rows`` (one per
         configuration, named as in the table, with ``median_ms``, ``min_ms``, ``max_ms``),
-        ``max_steps`` (TVM tuned vs ``reference``) and the rest of the result."""
+        ``max_steps`` (TVM tuned, else no-search, vs ``reference``), ``main`` (that row's
+        label) and the rest of the result."""
         return {
             "model": self.model, "input_shape": list(self.input_shape), "target": self.target,
             "variant": self.variant, "threads": self.threads, "host_flags": vector_flags(),
@@ -152,7 +161,7 @@ class BenchResult:
                      *[{"configuration": row.label, "median_ms": None, "version": row.version,
                         "reason": row.reason} for row in self.peers or [] if not row.ran]],
             "peers": None if self.peers is None else [row.to_dict() for row in self.peers],
-            "fastest_peer": self._fastest_peer_dict(),
+            "fastest_peer": self._fastest_peer_dict(), "main": self.label(self.main),
             "reference": self.reference, "max_steps": self.max_steps,
             "mean_steps": self.mean_steps, "fraction_equal": self.fraction_equal,
             "untuned_max_steps": self.untuned_max_steps,
@@ -167,20 +176,25 @@ class BenchResult:
         best = self.fastest_peer
         if best is None:
             return None
+        # "tvm_tuned_ratio": the main row's (no-search without a work dir), the key kept for the
+        # readers of earlier results
         return {"configuration": best[0], "median_ms": best[1],
-                "tvm_tuned_ratio": self.ratio(TUNED, best[0])}
+                "tvm_tuned_ratio": self.ratio(self.main, best[0])}
 
     def rows(self) -> List[List[str]]:
-        """Table rows: configuration, median ms, spread, vs TVM tuned, vs each reference."""
+        """Table rows: configuration, median ms, spread, vs the main TVM row, vs each
+        reference."""
         return [[self.label(label),
                  f"{timing.median_ms:.3f}", f"{timing.spread_ms:.3f}",
-                 f"{self.ratio(label, TUNED):.2f}x",
+                 f"{self.ratio(label, self.main):.2f}x",
                  *[f"{self.ratio(label, ref):.2f}x" for ref in self.references]]
                 for label, timing in self.timings.items()]
 
 
 TUNED, UNTUNED, PYTORCH, ONNX_RUNTIME = ("TVM tuned", "TVM untuned", "PyTorch int8",
                                        "ONNX Runtime int8")
+NO_SEARCH = "TVM no-search"  # bench without a work dir: relay_ext.tuning.no_search's build
+TVM_ROWS = (TUNED, NO_SEARCH, UNTUNED)
 EAGER = "eager"  # a PT2E program's eager row is "<its reference name>, eager"
 PathLike = Union[str, os.PathLike]
 
@@ -201,7 +215,7 @@ def versions(labels: List[str], peers: Optional[List[PeerRow]]) -> Dict[str, Opt
                 found[label] = importlib.metadata.version("onnxruntime")
             except importlib.metadata.PackageNotFoundError:
                 found[label] = None
-        elif label not in found and label not in (TUNED, UNTUNED):
+        elif label not in found and label not in TVM_ROWS:
             found[label] = f"torch {torch.__version__}"
     return {label: found[label] for label in labels if label in found}
 
@@ -241,17 +255,27 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
     return timers, outputs
 
 
-def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLike = "llvm",
+def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
+                    target: TargetLike = "llvm",
                     variant: str = "ours", repeats: int = 10, number: int = 10,
                     threads: Optional[int] = None,
                     onnx_model: Optional[PathLike] = None,
                     never_slower: bool = True, peers: bool = True,
-                    builtin_model: Optional[str] = None) -> BenchResult:
+                    builtin_model: Optional[str] = None,
+                    cache_path: Optional[PathLike] = None) -> BenchResult:
     """Compile ``loaded`` with ``database``'s records and with TVM's defaults, check both builds'
     outputs against the model's reference runtime (PyTorch, or ONNX Runtime for an ONNX model)
     in output quantization steps, and time them beside :func:`reference_timers` on the same input
     with the same thread count: median of ``repeats`` interleaved rounds, each round timing every
     configuration once as the mean of ``number`` runs.
+
+    ``database`` None (bench without a work dir): the main row is the no-search build
+    (:func:`relay_ext.tuning.no_search.compile_no_search`, label :data:`NO_SEARCH`) instead of
+    the tuned one.
+
+    ``cache_path``: the never-slower rule's timing cache
+    (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in the work dir): a second bench with
+    the same records, target and threads times no task again.
 
     ``never_slower``: a task whose best record runs slower than TVM's default schedule of the
     task (both timed here with ``threads`` threads) is compiled with the default
@@ -269,9 +293,15 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
     threads = int(threads or os.cpu_count() or 1)
     load = load_average()  # before our own compile adds to it
     comparisons = None
-    if never_slower:
+    main = TUNED if database is not None else NO_SEARCH
+    if database is None:
+        from ..tuning.no_search import compile_no_search  # pylint: disable=import-outside-toplevel
+        lib, _, kept = with_tvm_threads(threads, lambda: compile_no_search(
+            loaded.mod, loaded.params, target, variant, never_slower, cache_path))
+        libs, comparisons = {NO_SEARCH: lib}, None if kept is None else kept.comparisons
+    elif never_slower:
         lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
-            database, loaded.mod, loaded.params, target, variant))
+            database, loaded.mod, loaded.params, target, variant, cache_path=cache_path))
         libs, comparisons = {TUNED: lib}, kept.comparisons
     else:
         libs = {TUNED: build_with_records(database, loaded.mod, loaded.params, target, variant)}
@@ -296,7 +326,7 @@ def measure_latency(loaded: LoadedModel, database: ms.Database, target: TargetLi
         expected = loaded.run_reference()
     finally:
         torch.set_num_threads(old_torch_threads)
-    error = step_error(outputs[TUNED], expected, loaded.output_scale)
+    error = step_error(outputs[main], expected, loaded.output_scale)
     return BenchResult(
         model=loaded.name, input_shape=tuple(loaded.input_shape), target=str(target),
         variant=variant, threads=threads, repeats=repeats, number=number,

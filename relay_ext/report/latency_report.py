@@ -50,7 +50,7 @@ def report_markdown(result: BenchResult) -> str:
         f"{'unknown' if result.load_average is None else f'{result.load_average:.2f}'}.",
         "- A built-in model's weights are random (fixed seed) and it was calibrated on random "
         "data: the numbers measure speed and agreement, not accuracy on a dataset.",
-        f"- TVM tuned vs {result.reference}: max {result.max_steps:.2f} output quantization steps "
+        f"- {result.main} vs {result.reference}: max {result.max_steps:.2f} output quantization steps "
         f"apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% of outputs "
         f"equal); TVM untuned: max {result.untuned_max_steps:.2f} steps.",
         *[f"- {line}." for line in result.runtime_lines() + result.peer_lines()],
