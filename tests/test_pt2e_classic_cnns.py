@@ -7,7 +7,10 @@ flow and X86InductorQuantizer, saved with torch.export.save:
 * (slow, each) TVM's untuned build is within 3 output quantization steps of PyTorch running the
   program (a build of the whole net: 1-3 minutes each on 2 shared cores);
 * (slow, each) ``quantfuse fusion`` on the A100 leaves 0 tasks with a global intermediate
-  (variant ours); a 4-trial ``tune`` and ``bench`` on the host, within 3 steps.
+  (variant ours).
+
+Not here yet: a tune + bench of each family within 3 steps (issue 32), as long as their untuned
+builds are not all within 3 steps; docs/model-files.md says where they stand.
 
 16x16, not 32x32: at 32x32 the untuned build of the (older) MobileNetV2-style test net is already 3
 to 5 steps from PyTorch running its program (``float_output_step``: a float output of 10 logits,
@@ -25,7 +28,6 @@ pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 
 
 from classic_cnns import FAMILIES
 from conftest import A100, AVX2
-from helpers import fusion_tune_and_bench
 from quantized_test_nets import pt2e_program
 from relay_ext import cli
 from relay_ext.frontend import pt2e_import
@@ -102,10 +104,3 @@ def test_fusion_on_the_a100_keeps_no_global_intermediate(family, program_file, c
     total = re.search(r"^TOTAL\s+(\d+) tasks\s+(.*)$", capsys.readouterr().out, re.M)
     assert total and int(total[1]) > 0, total
     assert total[2].strip() == "0 (0 B) in 0 tasks", total[0]  # no global intermediate, no failed task
-
-
-@needs_avx2
-@pytest.mark.parametrize("family", _families(strict=False))  # tuned builds not measured for all
-def test_tune_and_bench_within_3_steps(family, program_file, tmp_path, capsys, monkeypatch):
-    fusion_tune_and_bench(["--model", str(program_file(family)), "--target", AVX2], pt2e_import.REFERENCE_NAME,
-                          tmp_path / "work", capsys, monkeypatch, fusion=False)
