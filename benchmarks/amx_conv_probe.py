@@ -53,7 +53,7 @@ from relay_ext.frontend import models as frontend_models
 from relay_ext.lowering.amx import request_amx_tile_data
 from relay_ext.lowering.amx_permission import AMX_INT8_FLAGS
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
-from relay_ext.report.latency import TVMThread, interleaved_rounds, with_tvm_threads
+from relay_ext.tuning.timing import TVMThread, interleaved_rounds, with_tvm_threads
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import has_record, time_task
 from relay_ext.tuning.tasks import lowered_tasks

@@ -20,7 +20,7 @@ from relay_ext.deploy.runtime import DeployError, load
 from relay_ext.lowering import targets
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.report.accuracy import build_untuned, quantization_step_error
-from relay_ext.report.latency import with_tvm_threads
+from relay_ext.tuning.timing import with_tvm_threads
 from relay_ext.tuning import run_module
 from relay_ext.tuning.work_dir import open_tuned_database
 from conftest import AVX2, TINY_32, TUNED_TRIALS

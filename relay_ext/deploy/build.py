@@ -27,7 +27,7 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, normalize_target
 from ..report.accuracy import build_untuned
-from ..report.latency import with_tvm_threads
+from ..tuning.timing import with_tvm_threads
 from ..tuning.build import build_with_records
 from ..tuning.never_slower import TaskVsDefault, compile_never_slower
 

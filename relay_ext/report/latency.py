@@ -28,9 +28,8 @@ from ..tuning.build import build_with_records
 from ..tuning.never_slower import TaskVsDefault, compile_never_slower
 # The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
-from ..tuning.timing import (  # noqa: F401 pylint: disable=unused-import
-    SETTLE_MAX_S, SETTLE_S, Timing, TVMThread, interleaved_rounds, load_average, settle,
-    torch_timer, tvm_timer, with_tvm_threads)
+from ..tuning.timing import (Timing, TVMThread, interleaved_rounds, load_average, torch_timer,
+                             with_tvm_threads)
 from .accuracy import build_untuned, step_error
 from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
