@@ -24,9 +24,9 @@ computed and dropped); weights packed as one 16x64-byte tile per (tap, 64 input 
 channels), 4 input channels interleaved per output channel as ``tdpbusd`` wants. Blocks of 32
 pixels x 32 output channels: 4 accumulator tiles, 2 data tiles, 2 weight tiles, 8 tile registers in
 all. Each parallel iteration loads the tile configuration itself (``ldtilecfg`` is per thread
-state). The process asks the kernel for AMX tile data first (``relay_ext.lowering.amx``).
+state). The process asks the kernel for AMX tile data first (``relay_ext.lowering.x86.amx``).
 
-This is a probe, not a code path: the AMX code quantfuse compiles is :mod:`meta_rules.amx_conv`
+This is a probe, not a code path: the AMX code quantfuse compiles is :mod:`meta_rules.cpu.amx_conv`
 (built after this probe; docs/cpu.md). It refuses to run where the OS does not enable
 ``amx_tile``/``amx_int8`` or the kernel does not grant tile data.
 The result table goes to docs/BENCHMARKS.md (section ``amx_conv_probe``).
@@ -48,15 +48,15 @@ from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import markdown_table, write_section
 from benchmarks.where_time_goes import conv_signature
-from meta_rules.amx_tiles import TILE_BYTES, TILE_ROWS, TILES, tile_config  # 16 rows x 64 B
+from meta_rules.cpu.amx_tiles import TILE_BYTES, TILE_ROWS, TILES, tile_config  # 16 rows x 64 B
 from relay_ext.frontend import models as frontend_models
-from relay_ext.lowering.amx import request_amx_tile_data
-from relay_ext.lowering.amx_permission import AMX_INT8_FLAGS
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
-from relay_ext.tuning.timing import TVMThread, interleaved_rounds, with_tvm_threads
+from relay_ext.lowering.x86.amx import request_amx_tile_data
+from relay_ext.lowering.x86.amx_permission import AMX_INT8_FLAGS
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import has_record, time_task
 from relay_ext.tuning.tasks import lowered_tasks
+from relay_ext.tuning.timing import TVMThread, interleaved_rounds, with_tvm_threads
 from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
 
 logger = logging.getLogger(__name__)
@@ -358,7 +358,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "padding, conv and a float requantize to int8, NHWC in), median of "
         f"{args.rounds} rounds. Random data and weights. Time per call; the model makes `calls`. "
         "A probe of what AMX could give, not the code quantfuse compiles (that is "
-        "meta_rules/amx_conv.py, docs/cpu.md).\n\n" + text)
+        "meta_rules/cpu/amx_conv.py, docs/cpu.md).\n\n" + text)
     return 0
 
 

@@ -37,7 +37,7 @@ from tvm import meta_schedule as ms
 from benchmarks.fusion_tables import CONFIGS
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                         utc_now, write_section)
-from meta_rules import fusion
+from meta_rules.measure import fusion
 from meta_rules.testing.candidate_sampling import first_rejection, initialised_postprocs, replay
 from relay_ext import models
 from relay_ext.lowering.targets import normalize_target

@@ -37,7 +37,7 @@ from tvm import meta_schedule as ms
 from benchmarks.markdown_report import (current_commit, save_result, markdown_table, load_results,
                                          write_results_section)
 from meta_rules import VARIANTS
-from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext import models
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.targets import host_llvm_target, normalize_target

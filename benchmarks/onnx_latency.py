@@ -85,7 +85,7 @@ def bench(args: argparse.Namespace) -> Dict:
     import tvm
     from tvm import meta_schedule as ms
 
-    from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+    from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
     from benchmarks.markdown_report import current_commit
     from relay_ext import models

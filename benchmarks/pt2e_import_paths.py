@@ -59,7 +59,7 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     import torch
 
-    from meta_rules.tvm_errors import tvm_error_message
+    from meta_rules.base.tvm_errors import tvm_error_message
     from relay_ext.frontend import eager_quantization, models, pt2e_export
     from relay_ext.frontend.onnx_import import from_onnx, op_counts
     from relay_ext.frontend.pt2e_import import from_exported_program

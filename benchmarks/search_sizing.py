@@ -39,10 +39,10 @@ from benchmarks.markdown_report import (
 )
 from relay_ext import models
 from relay_ext.lowering.targets import normalize_target
-from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
 from relay_ext.tuning import compile_model, tune
 from relay_ext.tuning.progress import ProgressSnapshot
 from relay_ext.tuning.search_sizing import SETTINGS, evolutionary_search
+from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
 from relay_ext.tuning.work_dir import RECORD_FILE, WORKLOAD_FILE
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search_sizing.json"
@@ -81,7 +81,7 @@ def latency_ms(loaded, database_dir: Path, target: str, repeats: int, number: in
     threads of TVM's pool (left alone, a 2-CPU machine's pool has one)."""
     from tvm import meta_schedule as ms
 
-    from meta_rules.tensor_intrinsics import register_database_intrinsics
+    from meta_rules.generic.tensor_intrinsics import register_database_intrinsics
 
     register_database_intrinsics(target, database_dir)  # before TVM replays records naming them
     database = ms.database.JSONDatabase(work_dir=str(database_dir))

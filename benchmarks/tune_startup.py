@@ -48,7 +48,7 @@ def main() -> None:
     rows: List[List[object]] = []
     rows.append(["import relay_ext.tuning (fresh process)",
                  f"{in_fresh_process('import relay_ext.tuning'):.1f}"])
-    intrinsics = ("from meta_rules.tensor_intrinsics import register_tensor_intrinsics; "
+    intrinsics = ("from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics; "
                   "t = time.perf_counter(); register_tensor_intrinsics(None)")
     rows.append(["TVM's TensorIntrin families, all (fresh process; MetaSchedule's TuneContext "
                  "imports them)", f"{in_fresh_process(intrinsics):.1f}"])

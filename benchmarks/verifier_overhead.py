@@ -24,9 +24,9 @@ from tvm import tir
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
-from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
-from meta_rules.verify_lowered_gpu_code import (VerifyLoweredGPUCode, lower_for_verification,
+from meta_rules.gpu.verify_lowered_gpu_code import (VerifyLoweredGPUCode, lower_for_verification,
                                                 thread_extent_rejections)
+from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules.testing.te_workloads import BENCHMARK_TASKS
 
 TASKS: Dict[str, Callable[[], tvm.IRModule]] = BENCHMARK_TASKS
@@ -41,7 +41,7 @@ def sample_candidates(mod: tvm.IRModule, target: tvm.target.Target, count: int,
                       rand_state: int = 0) -> List[tir.Schedule]:
     """``count`` candidates (or fewer, after 20 x count tries) from the "ours" design spaces."""
     before = postprocs_before_gpu_verifier(mod, target)
-    spaces = meta_rules.fusion.design_spaces(mod, target, "ours", rand_state=rand_state)
+    spaces = meta_rules.measure.fusion.design_spaces(mod, target, "ours", rand_state=rand_state)
     out: List[tir.Schedule] = []
     for seed in range(1, 20 * count + 1):
         if len(out) == count:

@@ -8,8 +8,8 @@ item, TVM's default (untuned) schedules, TOPHUB off:
 
 * ``AVX-512``: ``-mcpu=skylake-avx512`` (vpmaddubsw + vpmaddwd + vpaddd per dot product);
 * ``VNNI before``: ``-mcpu=cascadelake`` with TOPI's own k x k int8 conv schedule (one
-  accumulator per output vector, relay_ext.lowering.vnni_conv_schedule's docstring);
-* ``VNNI after``: ``-mcpu=cascadelake`` with relay_ext.lowering.vnni_conv_schedule (what
+  accumulator per output vector, relay_ext.lowering.x86.vnni_conv_schedule's docstring);
+* ``VNNI after``: ``-mcpu=cascadelake`` with relay_ext.lowering.x86.vnni_conv_schedule (what
   quantfuse builds now).
 
 Items: single ResNet convs (uint8 NCHW qnn.conv2d + requantize, as the PyTorch import gives them)
@@ -39,8 +39,9 @@ from tvm.topi.x86 import conv2d_avx_common
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                         utc_now, write_section)
 from relay_ext import models
-from relay_ext.lowering import targets, vnni_conv_schedule, x86_codegen
+from relay_ext.lowering import targets
 from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.lowering.x86 import vnni_conv_schedule, x86_codegen
 from relay_ext.tuning.build import copy_module
 from relay_ext.tuning.timing import TVMThread, interleaved_rounds, load_average
 
@@ -147,7 +148,7 @@ def render() -> Path:
         "TVM's untuned int8 builds (TOPHUB off, fallback configurations), batch 1, medians of "
         "interleaved rounds on a TVM thread pool of the given threads. `AVX-512`: "
         "`-mcpu=skylake-avx512`; `VNNI before`: `-mcpu=cascadelake` with TOPI's own int8 conv "
-        "schedule; `VNNI after`: `-mcpu=cascadelake` with relay_ext.lowering.vnni_conv_schedule. "
+        "schedule; `VNNI after`: `-mcpu=cascadelake` with relay_ext.lowering.x86.vnni_conv_schedule. "
         "Accumulators: distinct registers vpdpbusd writes in the build's assembly. Single convs are "
         "uint8 NCHW qnn.conv2d + requantize (random int8 weights, seed 0). See docs/vnni.md.\n\n"
         + header)

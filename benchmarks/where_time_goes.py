@@ -40,17 +40,17 @@ from tvm import meta_schedule as ms
 from tvm import relay
 
 from benchmarks.markdown_report import markdown_table, write_section
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 from relay_ext.frontend import models as frontend_models
 from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
                                                    quantize_eager, random_batches,
                                                    seeded_float_model)
 from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
-from relay_ext.lowering.vnni_conv_schedule import vpdpbusd_accumulators
-from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
+from relay_ext.lowering.x86.vnni_conv_schedule import vpdpbusd_accumulators
 from relay_ext.tuning.compilable_records import compilable_records
 from relay_ext.tuning.never_slower import compile_never_slower, has_record, time_task
 from relay_ext.tuning.tasks import lowered_tasks
+from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
 from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
 
 logger = logging.getLogger(__name__)

@@ -1,20 +1,20 @@
 """meta_rules: MetaSchedule rules and postprocs that let quantized epilogues fuse.
 
 Importing this package registers the custom schedule rules ``compute_inline`` and
-``quantfuse_layout_transform`` for every target key (see :mod:`meta_rules.compute_inline_custom_rule`
-and :mod:`meta_rules.layout_transform_rule`); that is the only side effect.
+``quantfuse_layout_transform`` for every target key (see :mod:`meta_rules.generic.compute_inline`
+and :mod:`meta_rules.cpu.layout_transform_rule`); that is the only side effect.
 """
 
-from . import fusion
-from .compute_inline_custom_rule import compute_inline, register_compute_inline
-from .compute_reduction_at_consumer import ComputeReductionAtConsumer
-from .inline_constant_blocks import InlineConstantBlocks
-from .layout_transform_rule import register_layout_transform_rule
-from .reject_flat_layout_rewrite import RejectFlatLayoutRewrite
-from .reverse_inline_after_inlining import ReverseInlineAfterInlining
+from .cpu.layout_transform_rule import register_layout_transform_rule
+from .cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
+from .generic.compute_inline import compute_inline, register_compute_inline
+from .generic.inline_constant_blocks import InlineConstantBlocks
+from .gpu.compute_reduction_at_consumer import ComputeReductionAtConsumer
+from .gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining
+from .gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
+from .measure import fusion
 from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
                         space_generator)
-from .verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 # --- registration, in one place ------------------------------------------------------------------
 register_compute_inline()

@@ -1,4 +1,4 @@
-"""AMXConv (meta_rules/amx_conv.py) and the layout that feeds it (relay_ext/lowering/amx_layout.py).
+"""AMXConv (meta_rules/cpu/amx_conv.py) and the layout that feeds it (relay_ext/lowering/x86/amx_layout.py).
 
 Design spaces, postprocs and the layout pass run on any host (they are TIR and Relay); the built
 code runs only where the OS enables AMX int8 and the kernel grants this process tile data
@@ -11,12 +11,12 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import meta_rules
-from meta_rules.amx_conv import AMXConv, amx_conv_shape
-from meta_rules.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
-from meta_rules.amx_tensorize import marked_blocks
-from meta_rules.amx_tiles import target_has_amx
-from relay_ext.lowering import amx_layout, x86_codegen
-from relay_ext.lowering.amx import request_amx_tile_data
+from meta_rules.cpu.amx_conv import AMXConv, amx_conv_shape
+from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
+from meta_rules.cpu.amx_tensorize import marked_blocks
+from meta_rules.cpu.amx_tiles import target_has_amx
+from relay_ext.lowering.x86 import amx_layout, x86_codegen
+from relay_ext.lowering.x86.amx import request_amx_tile_data
 
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
@@ -216,8 +216,8 @@ def test_the_intrinsic_keeps_its_accumulators_in_tiles_and_loads_its_configurati
     """Checked on the TIR, so on any host: per block 2 * MH accumulator loads and stores outside
     the reduction loop, inside it MH data and 2 weight tile loads and 2 * MH tdpbusd; the
     configuration holds R-row accumulator and data tiles and 16-row weight tiles."""
-    from meta_rules.amx_intrinsics import AMXConvShape, intrinsic_implementation
-    from meta_rules.amx_tiles import config_words, tile_config
+    from meta_rules.cpu.amx_intrinsics import AMXConvShape, intrinsic_implementation
+    from meta_rules.cpu.amx_tiles import config_words, tile_config
 
     shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride)
     script = intrinsic_implementation(shape).script()
@@ -234,7 +234,7 @@ def test_the_intrinsic_keeps_its_accumulators_in_tiles_and_loads_its_configurati
 
 
 def test_the_tile_configuration_bytes():
-    from meta_rules.amx_tiles import config_words, tile_config
+    from meta_rules.cpu.amx_tiles import config_words, tile_config
 
     config = tile_config({0: 14, 6: 16})
     assert config[0] == 1 and config[16] == 64 and config[48] == 14

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import amx_conv_probe as probe
-from relay_ext.lowering.amx import request_amx_tile_data
+from relay_ext.lowering.x86.amx import request_amx_tile_data
 
 AVX2_HOST = frozenset({"sse4_2", "avx", "avx2", "fma", "bmi2"})
 AMX_HOST = frozenset({"avx2", "avx512f", "avx512bw", "avx512_vnni", "amx_tile", "amx_int8"})

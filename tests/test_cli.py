@@ -242,7 +242,7 @@ def test_unparseable_target(capsys):
 
 
 def test_vnni_cpu_fusion_report_builds_design_spaces(capsys):
-    # A VNNI -mcpu used to abort the process in LLVM 22 (relay_ext.lowering.vnni_intrinsics); now TVM's
+    # A VNNI -mcpu used to abort the process in LLVM 22 (relay_ext.lowering.x86.vnni_intrinsics); now TVM's
     # x86 VNNI rules generate their spaces and the report comes out.
     assert cli.main(["fusion", *TINY, "--target", "llvm -mcpu=cascadelake -num-cores 2",
                      "--variants", "ours", "--json"]) == 0

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from relay_ext import cli
-from relay_ext.tuning import rpc_tracker
 from relay_ext.cli import commands as cli_commands
-from relay_ext.lowering.amx import request_amx_tile_data
+from relay_ext.lowering.x86.amx import request_amx_tile_data
+from relay_ext.tuning import rpc_tracker
 from relay_ext.tuning.work_dir import RECORD_FILE
 from tvm import meta_schedule as ms
 from helpers import small_search, one_error_line

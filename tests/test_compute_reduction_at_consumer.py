@@ -5,9 +5,10 @@ import tvm
 from tvm import te, tir
 
 import meta_rules
+from meta_rules import ComputeReductionAtConsumer
+from meta_rules.gpu.compute_reduction_at_consumer import reduction_fusion_blocker
+from meta_rules.measure import fusion
 from meta_rules.testing.fusion_workloads import avg_pool_cast
-from meta_rules import ComputeReductionAtConsumer, fusion
-from meta_rules.compute_reduction_at_consumer import reduction_fusion_blocker
 
 A100 = "nvidia/nvidia-a100"
 PLAIN_CUDA = ("cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "

@@ -10,7 +10,8 @@ import pytest
 from tvm.target import codegen
 
 from relay_ext import cli
-from relay_ext.lowering import amx, amx_permission, targets
+from relay_ext.lowering import targets
+from relay_ext.lowering.x86 import amx, amx_permission
 from helpers import one_error_line
 from test_targets import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
 
@@ -141,7 +142,7 @@ def test_the_kernel_grants_amx_tile_data_where_the_os_enables_amx():
     flags = targets.host_cpu_flags()
     if flags is None or platform.machine() != "x86_64":
         pytest.skip("not a Linux x86-64 host")
-    code = ("from relay_ext.lowering import amx, amx_permission; "
+    code = ("from relay_ext.lowering.x86 import amx, amx_permission; "
             "print(amx_permission.amx_tile_data_granted(), amx.request_amx_tile_data(), "
             "amx_permission.amx_tile_data_granted())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

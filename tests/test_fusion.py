@@ -7,7 +7,7 @@ from tvm import meta_schedule as ms
 from tvm import te
 
 import meta_rules
-from meta_rules import fusion
+from meta_rules.measure import fusion
 from meta_rules.testing.te_workloads import quantized_conv2d_nhwc, quantized_dense, scalar_constant
 
 A100 = "nvidia/nvidia-a100"  # sm_80: TVM picks its cuda-tensorcore defaults

@@ -14,8 +14,8 @@ import tvm
 from tvm import meta_schedule as ms
 
 import meta_rules
+from meta_rules.measure import fusion
 from meta_rules.testing.fusion_workloads import avg_pool_cast, residual_conv_epilogue
-from meta_rules import fusion
 
 PLAIN_CUDA = ("cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "
               "-thread_warp_size=32")

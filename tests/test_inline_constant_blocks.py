@@ -138,7 +138,7 @@ def test_registered_under_every_required_key(key):
 
 
 def test_every_key_of_tvm_target_kinds_is_registered():
-    for key in meta_rules.custom_rules.target_kind_keys():
+    for key in meta_rules.base.custom_rules.target_kind_keys():
         assert tvm.get_global_func(f"meta_schedule.{key}.compute_inline", allow_missing=True), key
 
 

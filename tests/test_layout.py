@@ -100,3 +100,46 @@ def test_the_tree_reads_as_the_data_path():
     for package in packages:
         doc = ast.get_docstring(ast.parse((ROOT / "relay_ext" / package / "__init__.py").read_text()))
         assert doc and len(doc) > 80, f"relay_ext/{package}/__init__.py needs a docstring naming its step"
+
+
+# --- begin: regroup (written by regroup.py) ---
+# meta_rules' folders (issue 31): what each may import of meta_rules. base/ and analysis/ are
+# what every rule uses; generic/ may register cpu/'s AMX intrinsics (a database names them);
+# cpu/ and gpu/ never import each other; only the top level (the package face, the rule sets),
+# measure/ and testing/ import the rule sets.
+META_RULES_TOP = {"__init__", "rule_sets"}
+META_RULES_MAY_IMPORT = {
+    "base": {"base", "analysis"},
+    "analysis": {"base", "analysis"},
+    "generic": {"base", "analysis", "generic", "cpu"},
+    "cpu": {"base", "analysis", "generic", "cpu"},
+    "gpu": {"base", "analysis", "generic", "gpu"},
+}
+
+
+def _meta_rules_folder(module: str) -> str:
+    """base, analysis, generic, cpu, gpu, measure, testing, or top (meta_rules' own modules)."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and (ROOT / "meta_rules" / parts[1]).is_dir()):
+        return parts[1]
+    return "top"
+
+
+def test_meta_rules_top_level_holds_only_its_face_and_the_rule_sets():
+    top = sorted(p.stem for p in (ROOT / "meta_rules").glob("*.py"))
+    assert set(top) <= META_RULES_TOP, f"move {sorted(set(top) - META_RULES_TOP)} into a folder"
+    for folder in META_RULES_MAY_IMPORT:
+        init = ROOT / "meta_rules" / folder / "__init__.py"
+        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), init
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("meta_rules.")))
+def test_meta_rules_folders_import_only_what_they_may(module):
+    folder = _meta_rules_folder(module)
+    allowed = META_RULES_MAY_IMPORT.get(folder)
+    if allowed is None:
+        return  # the top level, measure/, testing/: anything of meta_rules
+    wrong = sorted(i for i in map(_known, _imports(MODULES[module]))
+                   if i.startswith("meta_rules") and _meta_rules_folder(i) not in allowed)
+    assert not wrong, f"{module} ({folder}/) may import only {sorted(allowed)}, not {wrong}"
+# --- end: regroup ---

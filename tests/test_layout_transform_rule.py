@@ -1,4 +1,4 @@
-"""The custom rule quantfuse_layout_transform (meta_rules/layout_transform_rule.py) and the
+"""The custom rule quantfuse_layout_transform (meta_rules/cpu/layout_transform_rule.py) and the
 converter's annotation that hands it a layout transform (relay_ext/lowering/tir_converter.py)."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from tvm import meta_schedule as ms
 from tvm import relay, tir
 
 import meta_rules
-from meta_rules.layout_transform_rule import RULE_NAME, source_run
+from meta_rules.cpu.layout_transform_rule import RULE_NAME, source_run
 from relay_ext.tuning.tasks import lowered_tasks
 
 CPU = "llvm -num-cores 2"  # runs on every x86 host

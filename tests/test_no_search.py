@@ -10,9 +10,9 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 import meta_rules
-from meta_rules.resilient_space_generator import ResilientPostOrderApply
+from meta_rules.generic.resilient_space_generator import ResilientPostOrderApply
 from relay_ext.lowering import targets
-from relay_ext.lowering.amx import request_amx_tile_data
+from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.tuning import extract_tasks, run_module
 from relay_ext.tuning.build import build_with_records
 from relay_ext.tuning.no_search import (UNMEASURED_RUN_SECS, context_design, largest_divisor,

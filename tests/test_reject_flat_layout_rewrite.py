@@ -9,14 +9,14 @@ from tvm import te, tir
 from tvm.script import tir as T
 
 from meta_rules import RejectFlatLayoutRewrite
-from meta_rules.reject_flat_layout_rewrite import flattened_layout_rewrites, module_flat_rewrites
+from meta_rules.cpu.reject_flat_layout_rewrite import flattened_layout_rewrites, module_flat_rewrites
 from meta_rules.testing.candidate_sampling import first_rejection, initialised_postprocs
 from relay_ext import models
+from relay_ext.lowering import targets
+from relay_ext.lowering.config import pass_config
 from relay_ext.report.accuracy import step_error
 from relay_ext.tuning import compile_model, extract_tasks, run_module
 from relay_ext.tuning.compilable_records import compilable_records
-from relay_ext.lowering import targets
-from relay_ext.lowering.config import pass_config
 from conftest import AVX2
 
 runs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),

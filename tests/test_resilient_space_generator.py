@@ -5,7 +5,7 @@ import tvm
 from tvm import meta_schedule as ms
 
 import meta_rules
-from meta_rules.resilient_space_generator import (
+from meta_rules.generic.resilient_space_generator import (
     DesignSpaceGenerationError,
     ResilientPostOrderApply,
     drop_candidates,

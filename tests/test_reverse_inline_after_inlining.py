@@ -5,9 +5,10 @@ import tvm
 from tvm import te, tir
 
 import meta_rules
+from meta_rules import ReverseInlineAfterInlining
+from meta_rules.gpu.reverse_inline_after_inlining import reverse_inline_blocker
+from meta_rules.measure import fusion
 from meta_rules.testing.fusion_workloads import residual_conv_epilogue
-from meta_rules import ReverseInlineAfterInlining, fusion
-from meta_rules.reverse_inline_after_inlining import reverse_inline_blocker
 
 A100 = "nvidia/nvidia-a100"  # cuda-tensorcore rules
 PLAIN_CUDA = ("cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "

@@ -8,7 +8,7 @@ import tvm
 from tvm import relay
 from tvm.script import tir as T
 
-from meta_rules import fusion
+from meta_rules.measure import fusion
 from relay_ext.lowering import table_lookup_index
 from relay_ext.tuning import build  # noqa: F401 - registers the int32-index legalizations
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from meta_rules.tensor_intrinsics import families_for
+from meta_rules.generic.tensor_intrinsics import families_for
 
 
 @pytest.mark.parametrize("target, families", [
@@ -36,7 +36,7 @@ def test_cpu_work_registers_x86_alone_and_a_later_full_import_still_works():
         import sys
         import tvm
         import meta_rules
-        from meta_rules.tensor_intrinsics import register_tensor_intrinsics
+        from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
         register_tensor_intrinsics("llvm -mcpu=cascadelake")
         loaded = sorted(m for m in sys.modules if m.startswith("tvm.tir.tensor_intrin"))
@@ -86,7 +86,7 @@ def test_the_fast_import_registers_what_tvms_own_import_does():
     """register_tensor_intrinsics(None) parses the families with shallow TVMScript stacks (18.9 s
     -> 3.0 s with PyTorch and ONNX loaded); every intrinsic comes out the same."""
     ours = _in_child(_INTRINSIC_HASHES.format(
-        importer="from meta_rules.tensor_intrinsics import register_tensor_intrinsics; "
+        importer="from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics; "
                  "register_tensor_intrinsics(None)"))
     tvms = _in_child(_INTRINSIC_HASHES.format(importer="import tvm.tir.tensor_intrin"))
     assert ours == tvms

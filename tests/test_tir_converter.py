@@ -19,10 +19,10 @@ from tvm import meta_schedule as ms
 from tvm import relay, te, tir, topi
 
 import relay_ext
-from relay_ext.lowering.inline_vector_lets import inline_vector_lets
-from meta_rules import fusion
+from meta_rules.measure import fusion
 from relay_ext import pass_config
 from relay_ext.lowering import tir_converter as conv
+from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 
 TARGETS = ["llvm -num-cores 2", "nvidia/nvidia-a100"]
 ANNOTATION = ("schedule_rule", "compute_inline")

@@ -10,8 +10,8 @@ import pytest
 import tvm
 from tvm import relay
 
-from meta_rules import fusion
-from meta_rules.tvm_errors import QuantfuseBug, bug_line, is_tvm_failure, tvm_error_op
+from meta_rules.base.tvm_errors import QuantfuseBug, bug_line, is_tvm_failure, tvm_error_op
+from meta_rules.measure import fusion
 from relay_ext import cli
 from relay_ext.frontend import models
 

@@ -10,9 +10,9 @@ from tvm import meta_schedule as ms
 from tvm import te, tir
 
 import meta_rules
-from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules import VerifyLoweredGPUCode
-from meta_rules import verify_lowered_gpu_code as vlg
+from meta_rules.gpu import verify_lowered_gpu_code as vlg
+from meta_rules.testing.candidate_sampling import draw_candidate, postprocs_before_gpu_verifier
 from meta_rules.testing.te_workloads import quantized_conv2d_nhwc, quantized_dense, requantize_epilogue
 
 CUDA = "nvidia/geforce-rtx-3080"  # sm_86: tensor-core design spaces, all limits set
@@ -353,7 +353,7 @@ def _sampled_candidates(mod, target, per_space: int) -> List[tir.Schedule]:
     """Candidates from the "ours" design spaces: each space's trace replayed with fresh decisions,
     then the postprocs that run before the verifier in TVM's CUDA list."""
     before = postprocs_before_gpu_verifier(mod, target)
-    spaces = meta_rules.fusion.design_spaces(mod, target, "ours", rand_state=0)
+    spaces = meta_rules.measure.fusion.design_spaces(mod, target, "ours", rand_state=0)
     drawn = (draw_candidate(mod, space, seed, before)
              for space in spaces for seed in range(1, per_space + 1))
     return [sch for sch in drawn if sch is not None]

@@ -1,4 +1,4 @@
-"""TVM's default int8 conv2d schedule on AVX-512 VNNI targets (relay_ext.lowering.vnni_conv_schedule).
+"""TVM's default int8 conv2d schedule on AVX-512 VNNI targets (relay_ext.lowering.x86.vnni_conv_schedule).
 
 TOPI's own schedule leaves one accumulator per k x k conv output vector; ours blocks output columns
 into independent accumulators, only where the target has VNNI. Building VNNI code runs in a child
@@ -11,7 +11,7 @@ import tvm
 from tvm import te, topi
 from tvm.topi.x86 import conv2d_avx_common
 
-from relay_ext.lowering import vnni_conv_schedule
+from relay_ext.lowering.x86 import vnni_conv_schedule
 from helpers import VNNI, host_has_vnni, run_child
 
 HOST_HAS_VNNI = host_has_vnni()
@@ -80,7 +80,7 @@ def test_vnni_conv_has_independent_accumulators_and_exact_outputs():
         import numpy as np, tvm
         from tvm import relay
         from tvm.topi.x86 import conv2d_avx_common
-        from relay_ext.lowering import vnni_conv_schedule
+        from relay_ext.lowering.x86 import vnni_conv_schedule
         from relay_ext.lowering.config import BUILD_OPTIONS
         from relay_ext.tuning import run_module  # installs the VNNI intrinsics and our schedule
         rng = np.random.default_rng(0)

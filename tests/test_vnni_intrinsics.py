@@ -1,4 +1,4 @@
-"""TVM's VNNI int8 dot products, registered again for LLVM 22 (relay_ext.lowering.vnni_intrinsics).
+"""TVM's VNNI int8 dot products, registered again for LLVM 22 (relay_ext.lowering.x86.vnni_intrinsics).
 
 Without them, building any int8 conv for a VNNI ``-mcpu`` aborts the whole process in LLVM's IR
 verifier, so each build here runs in a child process: a regression shows as a failed test, not a
@@ -8,7 +8,7 @@ dead test run.
 
 import pytest
 import tvm
-from relay_ext.lowering import vnni_intrinsics
+from relay_ext.lowering.x86 import vnni_intrinsics
 from helpers import VNNI, host_has_vnni, run_child
 
 HOST_HAS_VNNI = host_has_vnni()

@@ -1,7 +1,7 @@
 """The entry point: parse, run the command with TVM's native log lines kept in a file, map what
 went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted). A TVM failure
 that no input explains says "this is a quantfuse bug" and, when it was wrapped as a
-:class:`~meta_rules.tvm_errors.QuantfuseBug`, the op, task or step it struck."""
+:class:`~meta_rules.base.tvm_errors.QuantfuseBug`, the op, task or step it struck."""
 
 from __future__ import annotations
 
@@ -72,11 +72,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _error_message(error: BaseException) -> str:
-    """The one line for an unexpected failure (:func:`meta_rules.tvm_errors.bug_line`: TVM's
+    """The one line for an unexpected failure (:func:`meta_rules.base.tvm_errors.bug_line`: TVM's
     words, and "this is a quantfuse bug" where no input explains a TVM failure); the error's last
     line where meta_rules cannot be imported (a 'run' process has TVM's runtime alone)."""
     try:
-        from meta_rules.tvm_errors import bug_line
+        from meta_rules.base.tvm_errors import bug_line
     except Exception:  # noqa: BLE001 pylint: disable=broad-except
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         return (lines or [type(error).__name__])[-1][:300]

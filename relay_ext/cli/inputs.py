@@ -142,14 +142,14 @@ def load_model(args):
                 layout=args.layout)
         return models.load(args.model, image_size=args.image_size, layout=args.layout)
     except (ValueError, FileNotFoundError) as error:
-        from meta_rules.tvm_errors import QuantfuseBug, check_failure
+        from meta_rules.base.tvm_errors import QuantfuseBug, check_failure
 
         failed = check_failure(error)  # a TVM check failure under the frontend's ValueError: ours
         if failed is not None:
             raise QuantfuseBug(f"importing {args.model}", failed) from error
         raise BadInput(str(error).splitlines()[0]) from None
     except Exception as error:  # a TVM check failure past the checks of the input: ours
-        from meta_rules.tvm_errors import QuantfuseBug, is_tvm_failure
+        from meta_rules.base.tvm_errors import QuantfuseBug, is_tvm_failure
 
         if is_tvm_failure(error):
             raise QuantfuseBug(f"importing {args.model}", error) from error
@@ -234,7 +234,7 @@ def rpc_runner(rpc: Optional[str], target=None):
     """'local', or for --rpc once the tracker answered a runner measuring on its servers
     (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune). For a ``target``
     with AMX a server must also hold the kernel's permission for AMX tile data."""
-    from meta_rules.amx_tiles import target_has_amx
+    from meta_rules.cpu.amx_tiles import target_has_amx
     from relay_ext.tuning import rpc_tracker
 
     if rpc is None:

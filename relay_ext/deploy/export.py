@@ -39,7 +39,7 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import relay
 
-from meta_rules.amx_conv import target_has_amx
+from meta_rules.cpu.amx_conv import target_has_amx
 from meta_rules.rule_sets import TargetLike, check_variant
 
 from ..lowering.targets import check_runs_here, normalize_target, resolve_target

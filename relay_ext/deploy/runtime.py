@@ -7,7 +7,7 @@
 This module imports ``tvm.runtime``, numpy, json and the standard library, nothing else of TVM
 (no Relay, no MetaSchedule) and nothing of PyTorch: what it does, a deploy machine with TVM's
 runtime library alone does too (``docs/deploy.md`` shows the same in C++). The one piece of
-quantfuse it uses, :mod:`relay_ext.lowering.amx_permission`, makes two system calls with ctypes.
+quantfuse it uses, :mod:`relay_ext.lowering.x86.amx_permission`, makes two system calls with ctypes.
 
 ``model.json`` (written by :func:`relay_ext.deploy.export.export`) holds the library's SHA-256:
 a library and a description of another export (a copy of one without the other) are refused.
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import tvm.runtime
 
-from ..lowering.amx_permission import AMX_INT8_FLAGS, request_tile_data
+from ..lowering.x86.amx_permission import AMX_INT8_FLAGS, request_tile_data
 
 PathLike = Union[str, Path]
 FORMAT = "quantfuse-deploy/1"  # model.json's "format"

@@ -28,12 +28,12 @@ import tvm
 from torch import nn
 from tvm import relay
 
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 from . import quantizable_nets
+from . import torch_quantized_ops
 from .eager_quantization import (quantize_eager, quiet_torch_quantization_warnings, random_batches,
                                  seeded_float_model)
-from . import torch_quantized_ops
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from tvm import relay
 
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 from .models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
 from .onnx_runtime import OnnxRuntimeReference

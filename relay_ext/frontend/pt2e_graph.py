@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tvm import relay
 
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ import torch
 import tvm
 from tvm import relay
 
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 from .models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
 from .optional_deps import require_torchao

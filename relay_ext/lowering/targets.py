@@ -29,9 +29,9 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
 
 from tvm.target import Target, codegen
 
-from meta_rules.amx_tiles import AMX_FEATURES
+from meta_rules.cpu.amx_tiles import AMX_FEATURES
 
-from . import amx_permission
+from .x86 import amx_permission
 
 logger = logging.getLogger(__name__)
 
@@ -128,13 +128,13 @@ def host_llvm_target(num_cores: Optional[int] = None,
     with AVX-512 VNNI, ``skylake-avx512`` with AVX-512 (BW) only, ``core-avx2`` with AVX2 and FMA,
     else plain llvm (generic x86-64; int8 code ~25x slower); plus ``-mattr=+amx-tile,+amx-int8``
     where the OS enables AMX int8 and this process gets the kernel's permission for tile data
-    (quantfuse's AMX int8 3x3 convs, :mod:`meta_rules.amx_conv`). ``flags`` defaults to
+    (quantfuse's AMX int8 3x3 convs, :mod:`meta_rules.cpu.amx_conv`). ``flags`` defaults to
     :func:`host_cpu_flags`; off x86 or where the OS does not list its flags, plain llvm.
 
     VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
     ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TOPI's *untuned* VNNI conv chained every
     ``vpdpbusd`` of an output vector through one register and was slower than its AVX-512 build;
-    with :mod:`relay_ext.lowering.vnni_conv_schedule` (independent accumulators) untuned int8
+    with :mod:`relay_ext.lowering.x86.vnni_conv_schedule` (independent accumulators) untuned int8
     ResNet-18 takes 0.50x the AVX-512 build's time (docs/vnni.md)."""
     flags = _host_flags(flags)
     amx = flags is not None and amx_permission.request_tile_data(flags)  # asks the kernel now
@@ -258,9 +258,9 @@ def is_generic_x86(target: Target) -> bool:
     return target.kind.name == "llvm" and "mcpu" not in target.attrs and _is_x86(target)
 
 
-# --- AMX: quantfuse's own AMX code only (docs/cpu.md, relay_ext/lowering/amx.py) ----------------
+# --- AMX: quantfuse's own AMX code only (docs/cpu.md, relay_ext/lowering/x86/amx.py) ----------------
 
-# The AMX features quantfuse's code uses are meta_rules.amx_tiles.AMX_FEATURES (int8 3x3 convs
+# The AMX features quantfuse's code uses are meta_rules.cpu.amx_tiles.AMX_FEATURES (int8 3x3 convs
 # on tiles). The others an -mcpu implies (amx-bf16, amx-fp16 ...) are dropped: nothing of ours
 # uses them, and TOPI's own AMX schedules, which TVM 0.19 picks by feature, crash or fail to build.
 
@@ -325,7 +325,7 @@ def with_amx(target: Target) -> Target:
 def supported_amx(target: Target, can_run: Optional[bool] = None) -> Target:
     """``target`` with the AMX quantfuse uses, and no other: unchanged when it has no AMX
     feature; where this process can run AMX code (``can_run``, default: it asks the kernel for
-    AMX tile data now, :mod:`relay_ext.lowering.amx_permission`) and the target has
+    AMX tile data now, :mod:`relay_ext.lowering.x86.amx_permission`) and the target has
     both of :data:`AMX_FEATURES`, the best non-AMX ``-mcpu`` plus ``-mattr=+amx-tile,+amx-int8`` (a
     warning names what was dropped, if anything); otherwise :func:`without_amx`."""
     amx = amx_features(target)

@@ -30,7 +30,7 @@ stored), never by name. A block that already carries a ``schedule_rule`` annotat
 TVM, or a TOPI compute with its own rule) is left as it is, with one exception: a TOPI layout
 transform marked ``"None"`` (no rule) whose source channel blocks are narrower than its
 destination's (``NCHW16c`` -> ``NCHW64c``, the AMX convs' input) is handed to
-:mod:`meta_rules.layout_transform_rule` instead, which copies it a source block at a time.
+:mod:`meta_rules.cpu.layout_transform_rule` instead, which copies it a source block at a time.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
-from meta_rules.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
-from meta_rules.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
-from meta_rules.layout_transform_rule import annotate_layout_transform
+from meta_rules.analysis.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
+from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
+from meta_rules.cpu.layout_transform_rule import annotate_layout_transform
 
 logger = logging.getLogger(__name__)
 

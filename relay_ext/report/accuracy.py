@@ -18,7 +18,7 @@ from tvm.relay import dataflow_pattern as pattern
 
 from ..frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
 from ..frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
-from ..lowering import x86_codegen
+from ..lowering.x86 import x86_codegen
 from ..tuning.build import copy_module, run_module
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def build_untuned(
     It builds a copy: QNN canonicalization writes the default ``rounding`` and ``compute_dtype``
     into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
     requantize.cc), which would change the structural hash of the caller's module.
-    quantfuse's x86 code generation is installed first (:mod:`relay_ext.lowering.x86_codegen`:
+    quantfuse's x86 code generation is installed first (:mod:`relay_ext.lowering.x86.x86_codegen`:
     TOPI's VNNI dot product for this wheel's LLVM, else a VNNI ``-mcpu`` aborts the process).
     """
     x86_codegen.install()

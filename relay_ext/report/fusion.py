@@ -1,7 +1,7 @@
 """The static fusion report behind ``quantfuse fusion``: no tuning, only design spaces.
 
 For each tuning task of a Relay module: its anchor op, and under each variant the number of
-global-memory intermediates its design spaces leave (:func:`meta_rules.fusion.global_intermediates`,
+global-memory intermediates its design spaces leave (:func:`meta_rules.measure.fusion.global_intermediates`,
 the worst space) and the bytes of global traffic they cost: each such buffer is written once and
 read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end.
 
@@ -21,14 +21,14 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 import meta_rules
-from meta_rules import fusion
-from meta_rules.resilient_space_generator import (
+from meta_rules.base.tvm_errors import QuantfuseBug, is_tvm_failure, tvm_error_message
+from meta_rules.generic.resilient_space_generator import (
     DesignSpaceGenerationError,
     GenerationOutcome,
     ResilientPostOrderApply,
 )
+from meta_rules.measure import fusion
 from meta_rules.rule_sets import TargetLike, check_variant
-from meta_rules.tvm_errors import QuantfuseBug, is_tvm_failure, tvm_error_message
 
 from ..lowering.targets import normalize_target
 from ..tuning.tasks import lowered_tasks

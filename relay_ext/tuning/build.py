@@ -15,12 +15,13 @@ from tvm import meta_schedule as ms
 from tvm.contrib import graph_executor
 from tvm.target import Target
 
+from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from meta_rules.rule_sets import check_variant
-from meta_rules.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering import cached_libinfo, table_lookup_index, x86_codegen
+from ..lowering import cached_libinfo, table_lookup_index
 from ..lowering.config import pass_config
 from ..lowering.targets import TargetOrHost, normalize_target
+from ..lowering.x86 import x86_codegen
 from .compilable_records import compilable_records
 
 # TVM's VNNI dot products re-registered for the LLVM 22 this wheel links (else any int8 build for

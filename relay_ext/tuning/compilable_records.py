@@ -4,7 +4,7 @@
     lib = ms.relay_integration.compile_relay(chosen.database, mod, target, params, ...)
 
 Relay builds a model with the best record of each workload. A record whose schedule stores a
-weight in a one-dimensional layout (see :mod:`meta_rules.reject_flat_layout_rewrite`) measures
+weight in a one-dimensional layout (see :mod:`meta_rules.cpu.reject_flat_layout_rewrite`) measures
 fine but makes the whole model fail to build (TOPI's dense asserts two dimensions). The ``ours``
 rule set keeps such candidates out of the search; databases tuned with ``upstream`` or
 ``legacy``, or before that postproc existed, can still hold one as a task's best. Here each
@@ -23,9 +23,9 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-from meta_rules.amx_intrinsics import register_intrinsics_of
-from meta_rules.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat_rewrites
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.cpu.amx_intrinsics import register_intrinsics_of
+from meta_rules.cpu.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat_rewrites
 
 from .progress import valid_run_secs
 from .skip_measured_search import records_by_workload

@@ -17,12 +17,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import tvm
 from tvm import meta_schedule as ms
 
+from meta_rules.generic.tensor_intrinsics import register_database_intrinsics
 from meta_rules.rule_sets import check_variant
-from meta_rules.tensor_intrinsics import register_database_intrinsics
 
-from ..lowering.amx import request_amx_tile_data_in_worker
 from ..lowering.config import build_candidate
 from ..lowering.targets import TargetOrHost, check_runs_here, normalize_target
+from ..lowering.x86.amx import request_amx_tile_data_in_worker
 from .first_candidates import measure_first_candidates
 from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
 from .progress import ProgressSnapshot, TuningProgress, valid_run_secs

@@ -34,7 +34,7 @@ from tvm import meta_schedule as ms
 from tvm import relay
 from tvm.target import Target
 
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 from ..lowering.config import BUILD_OPTIONS, pass_config
 from .never_slower_cache import TimingCache
@@ -246,7 +246,7 @@ def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
     will run with); ``tasks``: the model's extracted tasks, when the caller has them;
     ``cache_path``: where the timings are kept (see :func:`never_slower_records`). Returns
     (the graph executor factory, the :class:`NeverSlower`)."""
-    from meta_rules.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
+    from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
 
     from .build import copy_module  # pylint: disable=import-outside-toplevel
     from .compilable_records import compilable_records  # pylint: disable=C0415

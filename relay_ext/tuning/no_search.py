@@ -9,7 +9,7 @@ For each extracted task, MetaSchedule's design spaces are generated with ``varia
 decision in its trace is replaced by a choice computed from the loop extents and the target:
 
 * **Design**: the first that tensorizes (a ``meta_schedule.auto_tensorize`` mark: VNNI's
-  ``dot_16x4_vnni``, AMX's :class:`meta_rules.amx_conv.AMXConv` blocks) and, among those, the
+  ``dot_16x4_vnni``, AMX's :class:`meta_rules.cpu.amx_conv.AMXConv` blocks) and, among those, the
   last one (MultiLevelTiling's designs with a cached output written back at the deepest level).
   The AMX designs and the layout-transform rule (``quantfuse_layout_transform``) sample nothing:
   their schedule is theirs as the rule wrote it.
@@ -52,9 +52,9 @@ from tvm import tir
 from tvm.target import Target
 
 import meta_rules
-from meta_rules.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
-from meta_rules.tensor_intrinsics import register_tensor_intrinsics
-from meta_rules.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
+from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """``python -m relay_ext.tuning.rpc_server``: TVM's RPC server, holding the kernel's permission
 for AMX tile data, for ``quantfuse tune --rpc`` with an AMX target.
 
-A candidate that uses AMX (``meta_rules.amx_conv``) dies with SIGILL in a process that did not
+A candidate that uses AMX (``meta_rules.cpu.amx_conv``) dies with SIGILL in a process that did not
 ask the kernel for tile data, and TVM's ``python -m tvm.exec.rpc_server`` asks for nothing. This
 server is TVM's own (``tvm.rpc.Server``, the same options as ``tvm.exec.rpc_server``) with one
 addition, its ``server_init_callback``: the server process asks for tile data when it starts
@@ -24,8 +24,8 @@ from typing import List, Optional
 import tvm
 from tvm import rpc
 
-from ..lowering.amx import request_amx_tile_data
-from ..lowering.amx_permission import amx_tile_data_granted
+from ..lowering.x86.amx import request_amx_tile_data
+from ..lowering.x86.amx_permission import amx_tile_data_granted
 
 GRANTED_FUNCTION = "quantfuse.amx_tile_data_granted"
 

@@ -132,7 +132,7 @@ def check_servers_run_amx(address: RpcAddress, session_timeout_s: int = 30) -> N
     what to start otherwise."""
     from tvm import rpc  # pylint: disable=import-outside-toplevel
 
-    from meta_rules.tvm_errors import tvm_error_message  # pylint: disable=C0415
+    from meta_rules.base.tvm_errors import tvm_error_message  # pylint: disable=C0415
     from .rpc_server import GRANTED_FUNCTION  # pylint: disable=import-outside-toplevel
 
     start = (f"start the servers with 'python -m relay_ext.tuning.rpc_server --tracker "

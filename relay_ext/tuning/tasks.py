@@ -21,7 +21,7 @@ from tvm.meta_schedule.utils import fork_seed
 from tvm.target import Target
 
 import meta_rules
-from meta_rules.resilient_space_generator import (
+from meta_rules.generic.resilient_space_generator import (
     DesignSpaceGenerationError,
     GenerationOutcome,
     ResilientPostOrderApply,

@@ -262,7 +262,7 @@ def open_tuned_database(work_dir: PathLike):
     registered first: those of the target in the work dir's run file, else all of TVM's."""
     from tvm import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
-    from meta_rules.tensor_intrinsics import register_database_intrinsics  # pylint: disable=import-outside-toplevel
+    from meta_rules.generic.tensor_intrinsics import register_database_intrinsics  # pylint: disable=import-outside-toplevel
 
     work_dir = Path(work_dir)
     if not work_dir.is_dir():

@@ -47,11 +47,17 @@ from tvm.meta_schedule.utils import derived_object
 from tvm.target import Target
 from tvm.tir.schedule import Schedule
 
-from .gpu_verifier import (GPULimits, Rejection, RejectionBook, TaskStats, gpu_limits,
-                           lower_for_verification, lowered_rejections, lowering_passes,
-                           thread_extent_rejections)
-from .gpu_verifier.reasons import log_pending
-from .tvm_errors import tvm_error_message
+from ..base.tvm_errors import tvm_error_message
+from .verifier import (GPULimits,
+                       Rejection,
+                       RejectionBook,
+                       TaskStats,
+                       gpu_limits,
+                       lower_for_verification,
+                       lowered_rejections,
+                       lowering_passes,
+                       thread_extent_rejections)
+from .verifier.reasons import log_pending
 
 logger = logging.getLogger(__name__)
 

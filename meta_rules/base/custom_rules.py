@@ -5,8 +5,8 @@ MetaSchedule's ApplyCustomRule, the first rule of every default rule set, hands 
 the target that has one, and knows no generic fallback. So a custom rule is registered under
 every key that TVM's target kinds carry (:func:`register_for_every_key`), and a block is handed to
 it by its annotation (:func:`with_schedule_rule`). Used by ``compute_inline``
-(:mod:`meta_rules.compute_inline_custom_rule`), ``quantfuse_layout_transform``
-(:mod:`meta_rules.layout_transform_rule`) and the TE->TIR converter that annotates the blocks.
+(:mod:`meta_rules.generic.compute_inline`), ``quantfuse_layout_transform``
+(:mod:`meta_rules.cpu.layout_transform_rule`) and the TE->TIR converter that annotates the blocks.
 """
 
 from __future__ import annotations

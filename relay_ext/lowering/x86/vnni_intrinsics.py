@@ -15,7 +15,7 @@ over 4 byte pairs ``a[k] (u8) * b[i, k] (s8)`` added to ``acc[i]``::
 
 :func:`install` registers both again with byte-vector operands (only when LLVM is 22 or newer;
 older LLVMs take TVM's own). It is idempotent and installs only that;
-:func:`relay_ext.lowering.x86_codegen.install` installs it with quantfuse's other x86 code
+:func:`relay_ext.lowering.x86.x86_codegen.install` installs it with quantfuse's other x86 code
 generation changes (the VNNI conv schedule, the AMX layout), and :mod:`relay_ext.tuning` calls
 that on import.
 """
@@ -108,7 +108,7 @@ def install() -> bool:
         return True
     if not llvm_takes_byte_operands():
         return False
-    from meta_rules.tensor_intrinsics import family_module  # pylint: disable=import-outside-toplevel
+    from meta_rules.generic.tensor_intrinsics import family_module  # pylint: disable=import-outside-toplevel
 
     x86 = family_module("x86")
     from tvm.topi.x86 import tensor_intrin  # pylint: disable=import-outside-toplevel

@@ -9,7 +9,7 @@ rows)::
     config = tile_config({0: 14, 1: 14, 4: 14, 6: 16, 7: 16})   # tile -> rows, 64 bytes each
     config_words(config)   # the same as 16 little-endian 32-bit words
 
-Used by the AMX conv intrinsics (:mod:`meta_rules.amx_intrinsics`), Relay's AMX layout and the
+Used by the AMX conv intrinsics (:mod:`meta_rules.cpu.amx_intrinsics`), Relay's AMX layout and the
 target checks (``relay_ext.lowering``), and ``benchmarks/amx_conv_probe.py``. Imports only
 Python's standard library (and TVM inside :func:`target_has_amx`).
 """

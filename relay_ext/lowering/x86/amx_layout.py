@@ -3,7 +3,7 @@
 Relay turns every int8 ``nn.conv2d`` on x86 into ``contrib_conv2d_NCHWc`` with the channel blocks
 of TOPI's fallback configuration (``_get_default_config_int8``): 16 input channels per data block
 (``NCHW16c``), weights ``OIHW4i16o4i``. An AMX tile row is 64 bytes, so
-:mod:`meta_rules.amx_conv` needs 64 input channels per data block: ``NCHW64c`` data and
+:mod:`meta_rules.cpu.amx_conv` needs 64 input channels per data block: ``NCHW64c`` data and
 ``OIHW16i16o4i`` weights (each 16x16x4 weight block one tile), output ``NCHW16c`` as before.
 
 :func:`install` wraps that fallback configuration in TOPI's layout pass: for a target whose LLVM
@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional
 
 from tvm.target import Target
 
-from meta_rules.amx_intrinsics import STRIDES
-from meta_rules.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
+from meta_rules.cpu.amx_intrinsics import STRIDES
+from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ _topi_default_config: Optional[Callable[..., Any]] = None
 
 def amx_eligible(in_channels: int, out_channels: int, kernel: tuple, strides: tuple,
                  dilation: tuple, groups: int = 1) -> bool:
-    """Whether :mod:`meta_rules.amx_conv` can take a conv of this shape."""
+    """Whether :mod:`meta_rules.cpu.amx_conv` can take a conv of this shape."""
     return (groups == 1 and tuple(kernel) == (3, 3) and tuple(strides) in AMX_STRIDES
             and tuple(dilation) == (1, 1) and in_channels % AMX_IC_BLOCK == 0
             and out_channels % (OC_TILES * OC_BLOCK) == 0)

@@ -1,7 +1,7 @@
 """AMXConv: int8 3x3 convolutions on AMX tiles (``tdpbusd``), a schedule rule for MetaSchedule.
 
 TOPI's int8 conv on x86 (``conv2d_NCHWc_int8``) with 64 input channels per block (data
-``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.amx_layout`` chooses where the
+``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.x86.amx_layout`` chooses where the
 target has AMX) computes::
 
     for n, oc_chunk, oh, ow, oc_block, kh, kw, ic_outer, ic_f_inner, ic_s_inner in T.grid(
@@ -49,15 +49,15 @@ latter, MetaSchedule's tensorization keeps no register state between two calls, 
 ``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
 form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 
-The intrinsics are :mod:`meta_rules.amx_intrinsics`, the postproc :mod:`meta_rules.amx_tensorize`,
-the tile sizes and target features :mod:`meta_rules.amx_tiles`.
+The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta_rules.cpu.amx_tensorize`,
+the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
 The rule only touches a block that has exactly that shape (3x3, uint8 x int8 -> int32, 64-channel
 data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the data tile's
 rows are then 128 bytes apart, and the block stays open to the other rules too), and only for a
 target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is left as it
 came, for the rules after it. Code from it runs only in a process that holds the kernel's permission
-for AMX tile data (``relay_ext.lowering.amx``): the tile configuration is loaded by the
+for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration is loaded by the
 intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise), only
 where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as much as 13
 ``tdpbusd``.
@@ -75,10 +75,10 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
+from ..base.custom_rules import SCHEDULE_RULE_KEY
+from ..base.tvm_errors import tvm_error_message
 from .amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
 from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
-from .custom_rules import SCHEDULE_RULE_KEY
-from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The AMX conv tensor intrinsics: one block's whole 3x3 reduction, accumulators in tile registers.
 
-:class:`~meta_rules.amx_conv.AMXConv` tensorizes a block of ``MH`` output rows x ``R`` pixels x 32
+:class:`~meta_rules.cpu.amx_conv.AMXConv` tensorizes a block of ``MH`` output rows x ``R`` pixels x 32
 output channels of TOPI's int8 ``conv2d_NCHWc_int8`` (data ``NCHW64c``, weights
-``OIHW16i16o4i``, the module doc of :mod:`meta_rules.amx_conv`) with one intrinsic per block
+``OIHW16i16o4i``, the module doc of :mod:`meta_rules.cpu.amx_conv`) with one intrinsic per block
 shape, named (the name is stored in tuning records: it never changes)::
 
     quantfuse_amx_conv3x3[s<stride>]_m<MH>_r<R>_k<64-channel blocks>

@@ -3,7 +3,7 @@
 The AMX register file is 8 KiB per thread, so Linux (5.16+) grants it per process on request:
 ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``; a process that executes a tile
 instruction without it dies with SIGILL. This module only makes the system calls, for the flags
-it is given; :mod:`.amx` asks for this host, and :mod:`.targets` decides from the answer whether
+it is given; :mod:`.amx` asks for this host, and :mod:`relay_ext.lowering.targets` decides from the answer whether
 a target keeps its AMX features. It imports nothing of quantfuse, so both can use it.
 """
 

@@ -19,7 +19,7 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .block_relations import live_block_sref
+from ..analysis.block_relations import live_block_sref
 from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
-"""TensorizeAMXConv: the postproc half of :class:`~meta_rules.amx_conv.AMXConv`.
+"""TensorizeAMXConv: the postproc half of :class:`~meta_rules.cpu.amx_conv.AMXConv`.
 
 The rule tiles an eligible conv and marks each block it blockized with the annotation
 ``quantfuse.amx_conv_intrinsic = <intrinsic name>``; this postproc, placed after
 ``RewriteParallelVectorizeUnroll`` and ``RewriteReductionBlock`` and before ``RewriteTensorize``,
 decomposes each marked block's reduction and tensorizes it with that intrinsic
-(:mod:`meta_rules.amx_intrinsics`; why the work is split so: :func:`meta_rules.amx_conv.schedule_amx_conv`).
+(:mod:`meta_rules.cpu.amx_intrinsics`; why the work is split so: :func:`meta_rules.cpu.amx_conv.schedule_amx_conv`).
 A candidate where that fails is rejected.
 """
 
@@ -19,9 +19,9 @@ from tvm.meta_schedule.postproc import Postproc, PyPostproc
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import Schedule
 
+from ..base.tvm_errors import tvm_error_message
 from .amx_conv import AMX_ANNOTATION
 from .amx_intrinsics import register_intrinsic_by_name
-from .tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-logger = logging.getLogger("meta_rules.verify_lowered_gpu_code")
+logger = logging.getLogger("meta_rules.gpu.verify_lowered_gpu_code")
 
 
 @dataclass(frozen=True)

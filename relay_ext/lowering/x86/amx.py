@@ -18,10 +18,10 @@ Two things must hold before a process may execute AMX tile instructions:
         # else llvm -mcpu=cascadelake ... (without_amx)
 
 This module asks for this host (its /proc/cpuinfo flags); :mod:`.amx_permission` makes the
-system calls (the one wrapper of ``arch_prctl``), :mod:`.targets` decides which targets keep AMX.
+system calls (the one wrapper of ``arch_prctl``), :mod:`relay_ext.lowering.targets` decides which targets keep AMX.
 
-quantfuse's AMX code is :mod:`meta_rules.amx_conv` (int8 3x3 convs tensorized on tiles, with the
-layout :mod:`relay_ext.lowering.amx_layout` makes Relay choose). It needs ``amx-tile`` and
+quantfuse's AMX code is :mod:`meta_rules.cpu.amx_conv` (int8 3x3 convs tensorized on tiles, with the
+layout :mod:`relay_ext.lowering.x86.amx_layout` makes Relay choose). It needs ``amx-tile`` and
 ``amx-int8`` and nothing else; TVM 0.19's own AMX schedules (TOPI's dense and batch_matmul) fail
 to build or crash here and are kept out. So every llvm target quantfuse takes
 (:func:`relay_ext.lowering.targets.normalize_target`) keeps of its AMX features, as LLVM resolves
@@ -39,8 +39,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
+from ..targets import host_cpu_flags
 from .amx_permission import request_tile_data
-from .targets import host_cpu_flags
 
 logger = logging.getLogger(__name__)
 

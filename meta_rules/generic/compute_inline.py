@@ -12,7 +12,7 @@ is handed by MetaSchedule's ApplyCustomRule, the first rule of every default rul
 PackedFunc ``meta_schedule.<key>.compute_inline`` for the first key of the target that has one.
 ApplyCustomRule knows no generic fallback, so the same function is registered under
 ``meta_schedule.generic.compute_inline`` and under every key that TVM's target kinds carry
-(:func:`meta_rules.custom_rules.register_for_every_key`).
+(:func:`meta_rules.base.custom_rules.register_for_every_key`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Iterable, List
 
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .constant_blocks import try_compute_inline
-from .custom_rules import register_for_every_key
+from ..analysis.constant_blocks import try_compute_inline
+from ..base.custom_rules import register_for_every_key
 
 RULE_NAME = "compute_inline"
 

@@ -6,7 +6,7 @@ from typing import List, Tuple
 
 from tvm import tir
 
-from ..tir_walk import child_stmts
+from ...analysis.tir_walk import child_stmts
 from .reasons import Rejection
 
 _LOW = "meta_schedule.thread_extent_low_inclusive"

@@ -29,7 +29,7 @@ which splits the innermost loop at the source's block and vectorizes one source 
 
 0.0043 ms for the same task (17x). Other blocks keep their annotation and the rules' behaviour
 (blocks named ``None`` are skipped by every rule). Registered for every target key as
-:mod:`meta_rules.custom_rules` says; for a target other than a CPU the function
+:mod:`meta_rules.base.custom_rules` says; for a target other than a CPU the function
 leaves the block as it is, which is what ``"None"`` did.
 """
 
@@ -43,8 +43,8 @@ import tvm
 from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
-from .custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
-from .tvm_errors import tvm_error_message
+from ..base.custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
+from ..base.tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Everything quantfuse changes in TVM's x86 code generation, installed in one explicit call.
 
-    from relay_ext.lowering import x86_codegen
+    from relay_ext.lowering.x86 import x86_codegen
     x86_codegen.install()   # idempotent; relay_ext.tuning.build calls it on import
 
 * :mod:`.vnni_intrinsics` -- TVM's VNNI dot products re-registered with byte operands for the

@@ -1,0 +1,3 @@
+"""Reading TIR: block relations, constant blocks, statement walks. Imports only
+:mod:`meta_rules.base`.
+"""

@@ -1,0 +1,3 @@
+"""Rules for every target: the custom rule ``compute_inline``, InlineConstantBlocks, the
+resilient space generator, and TVM's tensor intrinsics registered per target.
+"""
