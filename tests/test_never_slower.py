@@ -101,13 +101,18 @@ def _with_other_record(database, task, target):
     return other
 
 
-def test_a_second_call_with_the_cache_times_nothing(slow_conv_database, tiny, tmp_path,
-                                                    monkeypatch):
+@pytest.fixture
+def timer(monkeypatch):
+    """never_slower's task timing replaced by a :class:`CountingTimer`."""
     from relay_ext.tuning import never_slower
 
+    counting = CountingTimer()
+    monkeypatch.setattr(never_slower, "time_task", counting)
+    return counting
+
+
+def test_a_second_call_with_the_cache_times_nothing(slow_conv_database, tiny, tmp_path, timer):
     target, tasks, task, database = slow_conv_database
-    timer = CountingTimer()
-    monkeypatch.setattr(never_slower, "time_task", timer)
     cache = tmp_path / "never_slower_timings.json"
     first = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                                  cache_path=cache)
@@ -122,13 +127,8 @@ def test_a_second_call_with_the_cache_times_nothing(slow_conv_database, tiny, tm
     assert len(timer.timed) == 2
 
 
-def test_a_changed_record_or_target_is_timed_again(slow_conv_database, tiny, tmp_path,
-                                                   monkeypatch):
-    from relay_ext.tuning import never_slower
-
+def test_a_changed_record_or_target_is_timed_again(slow_conv_database, tiny, tmp_path, timer):
     target, tasks, task, database = slow_conv_database
-    timer = CountingTimer()
-    monkeypatch.setattr(never_slower, "time_task", timer)
     cache = tmp_path / "cache.json"
     never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                          cache_path=cache)
