@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator, Optional
 
 from .inputs import (
     check_model,
@@ -81,11 +83,12 @@ def cmd_run(args) -> int:
             model = load_remote(args.lib, args.rpc)
             where = f"RPC server ({args.rpc})"
         else:
-            threads = _threads_for(read_manifest(args.lib))  # before the pool is made
+            threads = _threads_for(read_manifest(args.lib))
             model = load(args.lib)
             where = f"this CPU, {threads} thread(s)"
-        outputs = model(data)
-        median_ms = model.median_ms(args.repeat) if args.repeat else None
+        with _tvm_num_threads(None if args.rpc else threads):  # before the pool is made
+            outputs = model(data)
+            median_ms = model.median_ms(args.repeat) if args.repeat else None
     except DeployError as error:
         raise BadInput(str(error)) from None
     print(f"ran {args.lib} ({model.manifest.get('model') or 'model'}, "
@@ -105,13 +108,28 @@ def cmd_run(args) -> int:
 def _threads_for(manifest: dict) -> int:
     """Threads TVM's pool gets here: ``TVM_NUM_THREADS`` when set, else those the export's
     never-slower rule timed with (at most this machine's CPUs), else every CPU (bench's
-    default). Set before the first run, when this thread's pool is made."""
+    default)."""
     if os.environ.get("TVM_NUM_THREADS"):
         return int(os.environ["TVM_NUM_THREADS"])
     cpus = os.cpu_count() or 1
-    threads = min(int(manifest.get("threads") or cpus), cpus)
-    os.environ["TVM_NUM_THREADS"] = str(threads)
-    return threads
+    return min(int(manifest.get("threads") or cpus), cpus)
+
+
+@contextlib.contextmanager
+def _tvm_num_threads(threads: Optional[int]) -> Iterator[None]:
+    """``TVM_NUM_THREADS`` set to ``threads`` while the model runs (TVM sizes this thread's pool
+    at its first parallel run and reads the variable before each), then as it was: a caller of
+    ``cli.main`` keeps its environment. None: left alone (an RPC server has its own)."""
+    previous = os.environ.get("TVM_NUM_THREADS")
+    if threads is not None:
+        os.environ["TVM_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = previous
 
 
 def _writable_parent(path: str) -> bool:
