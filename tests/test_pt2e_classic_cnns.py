@@ -45,7 +45,7 @@ needs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
 
 # Families whose untuned build was measured beyond 3 steps from the program (2026-12-02, 16x16; the
 # root cause is open, docs/model-files.md "Not yet within 3 steps"): expected failures, said so.
-BEYOND_3_STEPS = {"efficientnet_b0", "googlenet", "mnasnet1_0", "mobilenet_v2"}
+BEYOND_3_STEPS = {"efficientnet_b0", "googlenet", "mnasnet1_0", "mobilenet_v2", "shufflenet_v2_x1_0"}
 _OPEN = "issue 32: the PT2E import of this family is measured beyond 3 steps of the program (cause open)"
 
 
@@ -87,6 +87,7 @@ def test_import_makes_every_conv_and_linear_integer(family, program_file):
     assert sum(counts.get(op, 0) for op in QNN_COMPUTE_OPS) == _convs_and_denses(program), counts
 
 
+@pytest.mark.families
 @needs_avx2
 @pytest.mark.parametrize("family", _families(strict=True))
 def test_untuned_build_is_within_3_steps_of_the_program(family, program_file):
@@ -98,6 +99,7 @@ def test_untuned_build_is_within_3_steps_of_the_program(family, program_file):
         assert step_error(out, loaded.run_reference(data), loaded.output_scale).max_steps <= MAX_STEPS
 
 
+@pytest.mark.families
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_fusion_on_the_a100_keeps_no_global_intermediate(family, program_file, capsys):
     assert cli.main(["fusion", "--model", str(program_file(family)), "--target", A100, "--variants", "ours"]) == 0
