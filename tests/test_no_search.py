@@ -148,7 +148,8 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
 
     target = needs(AVX2)
     work_dir = tmp_path / "w"
-    database = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=6, seed=0)
+    database = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=6, seed=0,
+                    first_candidates=True)
     summary = json.loads((work_dir / "tuning_summary.json").read_text())
     seeded = summary["first_candidates"]
     assert seeded >= 2  # tiny_resnet's two convs at least (the dense too, budget permitting)

@@ -74,7 +74,7 @@ def tune(
     num_tuning_cores: Union[str, int] = "physical",
     max_minutes: Optional[float] = None,
     clock_started: Optional[float] = None,
-    first_candidates: bool = True,
+    first_candidates: bool = False,
 ) -> ms.Database:
     """Tune a Relay module with ``variant``'s rules for ``max_trials`` new measurements; the
     records go to MetaSchedule's JSON database in ``work_dir``.
