@@ -7,19 +7,22 @@
   LLVM 22 this wheel links (else any int8 build for a VNNI ``-mcpu`` aborts the process);
 * :mod:`.vnni_conv_schedule` -- TOPI's default VNNI int8 conv with independent accumulators;
 * :mod:`.amx_layout` -- the 64-channel conv layout the AMX rule needs, where the target has AMX
-  (and TOPI's own AMX dense/batch_matmul kept out).
+  (and TOPI's own AMX dense/batch_matmul kept out);
+* :mod:`.saturation_free_int8` -- uint8 x int8 convs split so that ``vpmaddubsw`` cannot saturate
+  where the target has no VNNI (QNN's x86 legalization).
 
 Each of those modules only installs itself; this is the one place that installs them all.
 """
 
 from __future__ import annotations
 
-from . import amx_layout, vnni_conv_schedule, vnni_intrinsics
+from . import amx_layout, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics
 
 
 def install() -> bool:
-    """Install the three (idempotent); True when the VNNI byte-operand intrinsics are in force
+    """Install the four (idempotent); True when the VNNI byte-operand intrinsics are in force
     (LLVM 22 or newer, :func:`.vnni_intrinsics.install`)."""
     vnni_conv_schedule.install()  # every build that may use VNNI comes through here
     amx_layout.install()  # and every one that may use AMX: the layout it needs
+    saturation_free_int8.install()  # and every one that may multiply with vpmaddubsw
     return vnni_intrinsics.install()

@@ -1,0 +1,159 @@
+"""uint8 x int8 convolutions that stay exact on x86 CPUs without VNNI.
+
+Without VNNI, x86 multiplies uint8 by int8 with ``vpmaddubsw``: it adds each *pair* of adjacent
+products into a signed 16-bit lane and saturates there. TOPI's int8 conv2d (every untuned conv, and
+the never-slower rule's default) uses it on every target with SSE4.2 but no VNNI (AVX2 hosts,
+AVX-512 without VNNI), and so does MetaSchedule's AVX-512 dot product (``dot_16x4_avx512``). Two
+products of a full-range activation (up to 255) with two weights whose magnitudes add up to more
+than 128 leave the 16-bit range: a single ``qnn.conv2d`` of random uint8 data and int8 weights,
+built for ``llvm -mcpu=core-avx2``, had 94% of its outputs wrong, by up to 56805 (2026-12-02).
+Models quantized for PyTorch's fbgemm engine avoid it by calibrating activations to 7 bits
+(``reduce_range``); PT2E programs from ``X86InductorQuantizer`` and ONNX Runtime's QDQ models use
+all 8, and their untuned TVM builds were 15-26 output steps from the programs on AVX2 (issue 32).
+
+Where this can happen, :func:`install` splits the weights in two halves that cannot saturate,
+``w = 2 * (w >> 1) + (w & 1)`` (the high part in [-64, 63], the low one 0 or 1)::
+
+    qnn.conv2d(x, w, zx, zw)  ->  2 * qnn.conv2d(x, w >> 1, zx, 0) + qnn.conv2d(x, w & 1, zx, zw)
+
+which is exact: ``(x - zx)(w - zw) = 2 (x - zx)(w >> 1) + (x - zx)((w & 1) - zw)``, and each
+pair sum is at most 255 * 126 in magnitude. It costs a second int8 convolution (measured 1.3 to
+2.3x the time of the saturating one on ResNet-like layers, still 2-3x faster than TVM's exact
+int16 lowering; docs/known-tvm-issues.md). The split is made in QNN's x86 legalization, so the
+untuned build, MetaSchedule's task extraction and the tuned build all see it; it is made only:
+
+* for an llvm target with SSE4.2 (TVM's "fast int8" path) and neither ``avx512vnni`` nor
+  ``avxvnni`` (with VNNI, ``vpdpbusd`` sums in 32 bits: nothing changes there, nor with AMX);
+* for a ``qnn.conv2d`` whose weights are constants (bound parameters, as in every build) and
+  could saturate: some output channel with two weights whose positive parts (or negative parts)
+  add up to more than 128 in magnitude (whatever the pairing; a model whose weights are quantized
+  to 7 bits keeps its single conv);
+* for ``qnn.dense`` only where MetaSchedule's AVX-512 dot product may be used (``avx512bw``
+  without VNNI): TOPI's untuned dense is exact on these targets.
+
+A conv whose weights are not constant goes through TVM's exact int16 lowering instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+from tvm import relay
+from tvm.relay.qnn.op import legalizations
+from tvm.target import Target
+from tvm.target.codegen import target_has_features
+
+logger = logging.getLogger(__name__)
+
+UINT8_MAX = 255
+INT16_MAX, INT16_MIN = 32767, -32768
+VNNI_FEATURES = ("avx512vnni", "avxvnni")
+
+_originals: Dict[str, Callable[..., Any]] = {}
+
+
+def multiplies_with_pmaddubsw(target: Optional[Target], op: str = "conv2d") -> bool:
+    """Whether ``op``'s uint8 x int8 products (``"conv2d"`` or ``"dense"``) may go through
+    ``vpmaddubsw`` for ``target``: an llvm x86 target with SSE4.2 and no VNNI; for dense, one
+    with AVX-512BW too (MetaSchedule's dot product; TOPI's untuned dense does not use it)."""
+    if target is None or target.kind.name != "llvm":
+        return False
+    try:
+        if not target_has_features("sse4.2", target) or any(
+            target_has_features(feature, target) for feature in VNNI_FEATURES
+        ):
+            return False
+        return op == "conv2d" or bool(target_has_features("avx512bw", target))
+    except Exception:  # not an x86 target: LLVM knows none of these features
+        return False
+
+
+def can_saturate(weights: np.ndarray, output_axis: int = 0, zero_point: int = 0) -> bool:
+    """Whether some pair of products of a uint8 activation (0..255) and two of ``weights`` (int8,
+    raw values; ``zero_point`` does not enter the products) of one output channel can leave the
+    int16 range, whatever the pairing."""
+    del zero_point  # QNN subtracts it after the products, in 32 bits
+    per_channel = np.moveaxis(np.asarray(weights, dtype=np.int64), output_axis, 0)
+    per_channel = per_channel.reshape(per_channel.shape[0], -1)
+    if per_channel.shape[1] < 2:
+        return bool(np.any(UINT8_MAX * np.abs(per_channel) > INT16_MAX))
+    top = np.sort(per_channel, axis=1)
+    most = UINT8_MAX * (np.maximum(top[:, -1], 0) + np.maximum(top[:, -2], 0))
+    least = UINT8_MAX * (np.minimum(top[:, 0], 0) + np.minimum(top[:, 1], 0))
+    return bool(np.any(most > INT16_MAX) or np.any(least < INT16_MIN))
+
+
+def split_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(high, low)`` with ``weights == 2 * high + low``, high in [-64, 63], low in {0, 1}."""
+    wide = np.asarray(weights, dtype=np.int16)
+    return (wide >> 1).astype("int8"), (wide & 1).astype("int8")
+
+
+def _constant_int(expr: relay.Expr) -> Optional[int]:
+    if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
+        return int(expr.data.numpy().reshape(()))
+    return None
+
+
+def _int8_kernel(kernel: relay.Expr, kernel_dtype: str, kernel_zero_point: relay.Expr):
+    """The kernel as int8 values and its zero point as they enter the u8 x s8 op (a uint8
+    kernel is shifted by -128, as TVM's legalization shifts it), or None when not constant."""
+    zero_point = _constant_int(kernel_zero_point)
+    if not isinstance(kernel, relay.Constant) or zero_point is None:
+        return None
+    values = kernel.data.numpy()
+    if kernel_dtype == "uint8":
+        return (values.astype(np.int16) - 128).astype("int8"), zero_point - 128
+    if kernel_dtype == "int8":
+        return values, zero_point
+    return None
+
+
+def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay.Expr]):
+    original = _originals[op]
+    if not multiplies_with_pmaddubsw(Target.current(allow_none=True), op):
+        return original(attrs, inputs, types)
+    kernel = _int8_kernel(inputs[1], types[1].dtype, inputs[3])
+    if kernel is None:
+        if op == "conv2d":  # cannot see the weights: TVM's exact int16 form
+            return legalizations.helper_no_fast_int8_hw_legalization(attrs, inputs, types, relay.nn.conv2d)
+        return original(attrs, inputs, types)
+    weights, kernel_zero_point = kernel
+    layout = str(attrs.kernel_layout) if op == "conv2d" else "OI"
+    if not can_saturate(weights, layout.index("O")):
+        return original(attrs, inputs, types)
+    # TVM's own legalization for the data (int8 data shifted to uint8); the kernel is ours.
+    legal = legalizations.helper_change_dtypes_to_uint8_int8(attrs, inputs, types, relay_op)
+    data, _, input_zero_point, _, input_scale, kernel_scale = legal.args if legal is not None else inputs
+    high, low = split_weights(weights)
+    new_attrs = {key: attrs[key] for key in attrs.keys()}
+
+    def part(values: np.ndarray, zero_point: int) -> relay.Expr:
+        return relay_op(data, relay.const(values), input_zero_point, relay.const(zero_point, "int32"),
+                        input_scale, kernel_scale, **new_attrs)
+
+    logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
+                 op, weights.shape)
+    return relay.add(relay.multiply(part(high, 0), relay.const(2, "int32")), part(low, kernel_zero_point))
+
+
+def _conv2d(attrs, inputs, types):
+    return _split_legalize("conv2d", attrs, inputs, types, relay.qnn.op.conv2d)
+
+
+def _dense(attrs, inputs, types):
+    return _split_legalize("dense", attrs, inputs, types, relay.qnn.op.dense)
+
+
+def install() -> None:
+    """Put the splitting legalization in place of TVM's for ``cpu`` targets (idempotent); it calls
+    TVM's own (``legalizations._qnn_*_legalize_intel_cpu``) for every conv and dense it does not
+    split."""
+    if _originals:
+        return
+    _originals["conv2d"] = legalizations._qnn_conv2d_legalize_intel_cpu
+    _originals["dense"] = legalizations._qnn_dense_legalize_intel_cpu
+    legalizations.qnn_conv2d_legalize.register("cpu", _conv2d, override=True)
+    legalizations.qnn_dense_legalize.register("cpu", _dense, override=True)
