@@ -3,8 +3,8 @@ module of ``qnn.quantize`` / ``qnn.dequantize`` around float ops made integer, a
 the result.
 
 * :func:`integer_ops` -- TVM's ``FakeQuantizationToInteger`` (each ``dequantize -> op -> quantize``
-  region as QNN ops), then integer means and global average pools rounded to nearest
-  (:class:`RoundIntegerMean`), as ONNX Runtime and PyTorch round them;
+  region as QNN ops), the copies it makes merged, then integer means and global average pools
+  rounded to nearest (:class:`RoundIntegerMean`), as ONNX Runtime and PyTorch round them;
 * :func:`check_integer_compute` -- a quantized model whose convs and dense layers all stayed float
   is refused, a partly float one logged;
 * :func:`op_counts` -- how many calls of each operator ``main`` makes.
@@ -38,6 +38,11 @@ def integer_ops(mod: tvm.IRModule, use_qat: bool = False) -> tvm.IRModule:
     mod = relay.transform.InferType()(mod)
     with numpy_constant_folding():
         mod = relay.transform.FakeQuantizationToInteger(hard_fail=False, use_qat=use_qat)(mod)
+    # The pass rewrites each quantize's region on its own: an op whose float output feeds two
+    # regions is made integer in each (MobileNetV3's squeeze-excitation: a depthwise conv's output
+    # is quantized for the pool and multiplied in float by the gate; its PT2E import had 50 QNN
+    # convs for 48). The copies are the same calls: common subexpression elimination merges them.
+    mod = relay.transform.EliminateCommonSubexpr()(relay.transform.InferType()(mod))
     main = pattern.rewrite(RoundIntegerMean(), relay.transform.InferType()(mod)["main"])
     rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
     rewritten["main"] = main
