@@ -266,6 +266,10 @@ def openvino_peer(model: str, image_size: int, threads: int, rounds: int) -> Tup
     return {"name": "OpenVINO", "rows": rows, "total": profile.model_ms}, facts
 
 
+def _load(value: Optional[float]) -> str:
+    return "unknown" if value is None else f"{value:.2f}"
+
+
 def tvm_build(args, target) -> Tuple[str, str, Optional[ms.Database]]:
     """(what build is examined, its variant, its records: None for TVM untuned)."""
     if args.work_dir is not None and args.no_search:
@@ -359,7 +363,7 @@ def main() -> int:
                    {"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_tile"})
     records = sum(1 for row in tvm_rows if row["runs_record"])
     said = (f"Host flags {', '.join(flags)}; target `{target}`; {args.threads} threads for every "
-            f"side; load average {load_before} before, {load_after} after. TVM {label}: "
+            f"side; load average {_load(load_before)} before, {_load(load_after)} after. TVM {label}: "
             f"{records} of {len(tvm_rows)} tasks run a record"
             + (" (the no-search design where the never-slower rule keeps it)"
                if label == "no-search" else "") + ".")
