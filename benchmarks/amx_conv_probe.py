@@ -255,7 +255,7 @@ def amx_layer(channels: int, height: int, seed: int = 0, accumulators: str = "ti
 def model_task(tasks, channels: int, height: int):
     """ResNet-18's task of the 3x3/1 conv with ``channels`` in and out on ``height`` x ``height``
     (the one the model calls most where several share the shape), or None."""
-    found = [task for task in tasks if conv_signature(task) == (channels, channels, 3, height,
+    found = [task for task in tasks if conv_signature(task) == (channels, channels, 3, 1, height,
                                                                 height)]
     return max(found, key=lambda task: int(task.weight)) if found else None
 

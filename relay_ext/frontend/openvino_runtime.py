@@ -40,9 +40,10 @@ def openvino_version() -> str:
         return str(getattr(openvino, "__version__", "unknown")).split("-")[0]
 
 
-def openvino_compiled(path: str | os.PathLike, threads: int) -> Any:
+def openvino_compiled(path: str | os.PathLike, threads: int, perf_count: bool = False) -> Any:
     """The ONNX file at ``path`` read and compiled by OpenVINO for its CPU plugin, on ``threads``
-    inference threads with the LATENCY hint (see the module doc)."""
+    inference threads with the LATENCY hint (see the module doc); ``perf_count``: with OpenVINO's
+    per-node counters on (:mod:`relay_ext.frontend.openvino_layers`)."""
     if int(threads) < 1:
         raise ValueError(f"threads must be a positive number, got {threads!r}")
     openvino = require_openvino()
@@ -51,8 +52,10 @@ def openvino_compiled(path: str | os.PathLike, threads: int) -> Any:
     if len(model.inputs) != 1:
         raise ValueError(f"{os.fspath(path)}: OpenVINO's row takes a model with one input, this one has "
                          f"{len(model.inputs)}")
-    return core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": int(threads),
-                                             "PERFORMANCE_HINT": PERFORMANCE_HINT})
+    config = {"INFERENCE_NUM_THREADS": int(threads), "PERFORMANCE_HINT": PERFORMANCE_HINT}
+    if perf_count:
+        config["PERF_COUNT"] = True
+    return core.compile_model(model, "CPU", config)
 
 
 def openvino_timer(path: str | os.PathLike, example_input: np.ndarray, number: int,
