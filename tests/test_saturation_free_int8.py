@@ -112,10 +112,23 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     dict(channels=(16, 16), groups=16),                  # depthwise
     dict(channels=(3, 8)),                               # a stem: 3 input channels, padded by TVM
 ])
-def test_untuned_avx2_conv_is_exact(case):
+@pytest.mark.parametrize("opt_level", [2, 3])  # 3: FoldScaleAxis, which folds constant multiplies into weights
+def test_untuned_avx2_conv_is_exact(case, opt_level):
     mod, data, expected = _conv(**case)
-    (out,) = run_module(build_untuned(mod, {}, AVX2), {"data": data})
+    with tvm.transform.PassContext(opt_level=opt_level):
+        (out,) = run_module(build_untuned(mod, {}, AVX2), {"data": data})
     assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
+
+
+def test_task_extraction_sees_the_split():
+    from tvm import meta_schedule as ms
+
+    sat.install()
+    mod, _, _ = _conv()
+    with tvm.transform.PassContext(opt_level=3):
+        tasks = ms.relay_integration.extract_tasks(mod, tvm.target.Target(f"{AVX2} -num-cores 2"), {})
+    convs = [task for task in tasks if "conv2d" in task.task_name]
+    assert sum(task.weight for task in convs) == 2, [(task.task_name, task.weight) for task in tasks]
 
 
 def _dense(seed=0):

@@ -14,7 +14,7 @@ all 8, and their untuned TVM builds were 15-26 output steps from the programs on
 Where this can happen, :func:`install` splits the weights in two halves that cannot saturate,
 ``w = 2 * (w >> 1) + (w & 1)`` (the high part in [-64, 63], the low one 0 or 1)::
 
-    qnn.conv2d(x, w, zx, zw)  ->  2 * qnn.conv2d(x, w >> 1, zx, 0) + qnn.conv2d(x, w & 1, zx, zw)
+    qnn.conv2d(x, w, zx, zw)  ->  (qnn.conv2d(x, w >> 1, zx, 0) << 1) + qnn.conv2d(x, w & 1, zx, zw)
 
 which is exact: ``(x - zx)(w - zw) = 2 (x - zx)(w >> 1) + (x - zx)((w & 1) - zw)``, and each
 pair sum is at most 255 * 126 in magnitude. It costs a second int8 convolution (measured 1.3 to
@@ -136,7 +136,9 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
 
     logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
                  op, weights.shape)
-    return relay.add(relay.multiply(part(high, 0), relay.const(2, "int32")), part(low, kernel_zero_point))
+    # A shift, not a multiply by 2: FoldScaleAxis (opt level 3) folds a constant multiply after a
+    # conv into its weights, which would undo the split (and does not type-check: int8 x int32).
+    return relay.add(relay.left_shift(part(high, 0), relay.const(1, "int32")), part(low, kernel_zero_point))
 
 
 def _conv2d(attrs, inputs, types):
