@@ -78,29 +78,40 @@ def _conv(data_dtype="uint8", kernel_dtype="int8", channels=(16, 16), groups=1, 
     return mod, data, expected
 
 
-def _legalized_calls(mod: tvm.IRModule, target: str, op: str) -> int:
+def _reductions(mod: tvm.IRModule, target: str, op: str) -> list:
+    """The input-channel extent of each ``op`` call's weights after QNN's legalization for
+    ``target``: one entry per call."""
     with tvm.target.Target(target):
-        legal = relay.qnn.transform.Legalize()(relay.transform.InferType()(mod))
+        legal = relay.transform.InferType()(relay.qnn.transform.Legalize()(relay.transform.InferType()(mod)))
     found = []
     relay.analysis.post_order_visit(
-        legal["main"], lambda e: found.append(e) if isinstance(e, relay.Call) and getattr(e.op, "name", "") == op else None)
-    return len(found)
+        legal["main"], lambda e: found.append(int(e.args[1].checked_type.shape[1]))
+        if isinstance(e, relay.Call) and getattr(e.op, "name", "") == op else None)
+    return found
 
 
-def test_a_saturating_conv_is_split_in_two_only_without_vnni():
+def test_a_saturating_conv_becomes_one_conv_over_twice_the_channels_only_without_vnni():
     sat.install()
     mod, _, _ = _conv()
-    assert _legalized_calls(mod, AVX2, "qnn.conv2d") == 2
-    assert _legalized_calls(mod, AVX512_NO_VNNI, "qnn.conv2d") == 2
-    assert _legalized_calls(mod, VNNI, "qnn.conv2d") == 1
-    assert _legalized_calls(mod, "llvm -mcpu=cascadelake -mattr=-avx512vnni", "qnn.conv2d") == 2
+    assert _reductions(mod, AVX2, "qnn.conv2d") == [32]
+    assert _reductions(mod, AVX512_NO_VNNI, "qnn.conv2d") == [32]
+    assert _reductions(mod, VNNI, "qnn.conv2d") == [16]
+    assert _reductions(mod, "llvm -mcpu=cascadelake -mattr=-avx512vnni", "qnn.conv2d") == [32]
+
+
+def test_grouped_convs_and_weight_zero_points_take_two_convs():
+    sat.install()
+    grouped, _, _ = _conv(channels=(16, 16), groups=2)
+    assert _reductions(grouped, AVX2, "qnn.conv2d") == [8, 8]
+    zero_point, _, _ = _conv(kernel_dtype="uint8", zero_points=(0, 131))
+    assert _reductions(zero_point, AVX2, "qnn.conv2d") == [16, 16]
 
 
 def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     sat.install()
     weights = np.random.default_rng(1).integers(-64, 64, (16, 16, 3, 3)).astype("int8")
     mod, _, _ = _conv(weights=weights)
-    assert _legalized_calls(mod, AVX2, "qnn.conv2d") == 1
+    assert _reductions(mod, AVX2, "qnn.conv2d") == [16]
 
 
 @_runs_here(AVX2)
@@ -110,6 +121,7 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     dict(kernel_dtype="uint8", zero_points=(3, 128)),    # uint8 weights: shifted to int8, zero point 0
     dict(kernel_dtype="uint8", zero_points=(0, 131)),    # ... and a nonzero int8 zero point
     dict(channels=(16, 16), groups=16),                  # depthwise
+    dict(channels=(16, 16), groups=2),                   # grouped: two convs added
     dict(channels=(3, 8)),                               # a stem: 3 input channels, padded by TVM
 ])
 @pytest.mark.parametrize("opt_level", [2, 3])  # 3: FoldScaleAxis, which folds constant multiplies into weights
@@ -120,7 +132,21 @@ def test_untuned_avx2_conv_is_exact(case, opt_level):
     assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
 
 
+@_runs_here(AVX2)
+def test_weights_bound_as_parameters_are_split_too():
+    """A weight that is a parameter when QNN is legalized (bound later) is split with Relay ops."""
+    mod, data, expected = _conv()
+    call = mod["main"].body
+    weight = relay.var("weight", shape=call.args[1].data.shape, dtype="int8")
+    body = relay.qnn.op.conv2d(call.args[0], weight, *call.args[2:], **{k: call.attrs[k] for k in call.attrs.keys()})
+    var_mod = tvm.IRModule.from_expr(relay.Function(list(mod["main"].params) + [weight], body))
+    assert _reductions(var_mod, AVX2, "qnn.conv2d") == [32]
+    (out,) = run_module(build_untuned(var_mod, {"weight": call.args[1].data}, AVX2), {"data": data})
+    assert np.array_equal(out, expected)
+
+
 def test_task_extraction_sees_the_split():
+    """MetaSchedule's tasks come from the legalized graph: one conv task, over twice the weights."""
     from tvm import meta_schedule as ms
 
     sat.install()
@@ -128,30 +154,7 @@ def test_task_extraction_sees_the_split():
     with tvm.transform.PassContext(opt_level=3):
         tasks = ms.relay_integration.extract_tasks(mod, tvm.target.Target(f"{AVX2} -num-cores 2"), {})
     convs = [task for task in tasks if "conv2d" in task.task_name]
-    assert sum(task.weight for task in convs) == 2, [(task.task_name, task.weight) for task in tasks]
-
-
-def _dense(seed=0):
-    generator = np.random.default_rng(seed)
-    data = generator.integers(0, 256, (2, 64)).astype("uint8")
-    weights = generator.integers(-128, 128, (32, 64)).astype("int8")
-    var = relay.var("data", shape=data.shape, dtype="uint8")
-    body = relay.qnn.op.dense(var, relay.const(weights), relay.const(7), relay.const(0), relay.const(0.5),
-                              relay.const(0.25), units=32, out_dtype="int32")
-    expected = (data.astype(np.int64) - 7) @ weights.astype(np.int64).T
-    return tvm.IRModule.from_expr(relay.Function([var], body)), data, expected
-
-
-def test_dense_is_split_only_where_the_avx512_dot_product_may_be_used():
-    sat.install()
-    mod, _, _ = _dense()
-    assert _legalized_calls(mod, AVX512_NO_VNNI, "qnn.dense") == 2
-    assert _legalized_calls(mod, AVX2, "qnn.dense") == 1  # TOPI's dense is exact there
-    assert _legalized_calls(mod, VNNI, "qnn.dense") == 1
-
-
-@_runs_here(AVX512_NO_VNNI)
-def test_untuned_avx512_dense_is_exact():
-    mod, data, expected = _dense()
-    (out,) = run_module(build_untuned(mod, {}, AVX512_NO_VNNI), {"data": data})
-    assert np.array_equal(out, expected)
+    assert len(convs) == 1 and convs[0].weight == 1, [(task.task_name, task.weight) for task in tasks]
+    main = convs[0].dispatched[0]["main"]
+    weights = [buffer for buffer in main.buffer_map.values() if buffer.dtype == "int8"]
+    assert [int(np.prod([int(extent) for extent in b.shape])) for b in weights] == [2 * 16 * 16 * 3 * 3]

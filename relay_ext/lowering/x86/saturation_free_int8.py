@@ -12,26 +12,31 @@ Models quantized for PyTorch's fbgemm engine avoid it by calibrating activations
 all 8, and their untuned TVM builds were 15-26 output steps from the programs on AVX2 (issue 32).
 
 Where this can happen, :func:`install` splits the weights in two halves that cannot saturate,
-``w = 2 * (w >> 1) + (w & 1)`` (the high part in [-64, 63], the low one 0 or 1)::
+``w = (w >> 1) + (w - (w >> 1))`` (both in [-64, 64]), and makes them one convolution over twice
+the input channels, the activation read twice::
 
-    qnn.conv2d(x, w, zx, zw)  ->  (qnn.conv2d(x, w >> 1, zx, 0) << 1) + qnn.conv2d(x, w & 1, zx, zw)
+    qnn.conv2d(x, w, zx, 0)  ->  qnn.conv2d(concat(x, x), concat(w >> 1, w - (w >> 1)), zx, 0)
 
-which is exact: ``(x - zx)(w - zw) = 2 (x - zx)(w >> 1) + (x - zx)((w & 1) - zw)``, and each
-pair sum is at most 255 * 126 in magnitude. It costs a second int8 convolution (measured 1.3 to
-2.3x the time of the saturating one on ResNet-like layers, still 2-3x faster than TVM's exact
-int16 lowering; docs/known-tvm-issues.md). The split is made in QNN's x86 legalization, so the
+which is exact (the sum is the same sum, regrouped) and pairs no two weights above 64 in
+magnitude, so every 16-bit pair sum fits (255 * 128 = 32640). One conv stays one conv: Relay fuses
+its requantize epilogue as before. It costs twice the reduction and a copy of the input
+(docs/known-tvm-issues.md has the measurements). Grouped convs and weights with a nonzero zero
+point (which would count twice) take a second form, two convs added:
+``(qnn.conv2d(x, w >> 1, zx, 0) << 1) + qnn.conv2d(x, w & 1, zx, zw)`` (exact too; their sum is an
+epilogue Relay cannot fuse into both convs). The split is made in QNN's x86 legalization, so the
 untuned build, MetaSchedule's task extraction and the tuned build all see it; it is made only:
 
 * for an llvm target with SSE4.2 (TVM's "fast int8" path) and neither ``avx512vnni`` nor
   ``avxvnni`` (with VNNI, ``vpdpbusd`` sums in 32 bits: nothing changes there, nor with AMX);
-* for a ``qnn.conv2d`` whose weights are constants (bound parameters, as in every build) and
-  could saturate: some output channel with two weights whose positive parts (or negative parts)
-  add up to more than 128 in magnitude (whatever the pairing; a model whose weights are quantized
-  to 7 bits keeps its single conv);
+* for a ``qnn.conv2d`` whose weights could saturate: some output channel with two weights whose
+  positive parts (or negative parts) add up to more than 128 in magnitude (whatever the pairing;
+  a model whose constant weights are quantized to 7 bits keeps its single conv);
 * for ``qnn.dense`` only where MetaSchedule's AVX-512 dot product may be used (``avx512bw``
   without VNNI): TOPI's untuned dense is exact on these targets.
 
-A conv whose weights are not constant goes through TVM's exact int16 lowering instead.
+Weights that are not a constant when QNN is legalized (parameters bound later, a weight computed
+by ops) are split with Relay ops (``right_shift``, ``subtract``, ``bitwise_and``), which constant
+folding folds.
 """
 
 from __future__ import annotations
@@ -91,54 +96,70 @@ def split_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (wide >> 1).astype("int8"), (wide & 1).astype("int8")
 
 
+def halve_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, second)`` with ``weights == first + second``, both in [-64, 64]."""
+    wide = np.asarray(weights, dtype=np.int16)
+    return (wide >> 1).astype("int8"), (wide - (wide >> 1)).astype("int8")
+
+
 def _constant_int(expr: relay.Expr) -> Optional[int]:
     if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
         return int(expr.data.numpy().reshape(()))
     return None
 
 
-def _int8_kernel(kernel: relay.Expr, kernel_dtype: str, kernel_zero_point: relay.Expr):
-    """The kernel as int8 values and its zero point as they enter the u8 x s8 op (a uint8
-    kernel is shifted by -128, as TVM's legalization shifts it), or None when not constant."""
-    zero_point = _constant_int(kernel_zero_point)
-    if not isinstance(kernel, relay.Constant) or zero_point is None:
-        return None
-    values = kernel.data.numpy()
-    if kernel_dtype == "uint8":
-        return (values.astype(np.int16) - 128).astype("int8"), zero_point - 128
-    if kernel_dtype == "int8":
-        return values, zero_point
-    return None
+def _parts(kernel: relay.Expr, numpy_split, relay_split) -> tuple[relay.Expr, relay.Expr]:
+    """The two parts of an int8 kernel: numpy for a constant, Relay ops (which constant folding
+    folds once the parameters are bound) for an expression."""
+    if isinstance(kernel, relay.Constant):
+        first, second = numpy_split(kernel.data.numpy())
+        return relay.const(first), relay.const(second)
+    return relay_split(kernel)
+
+
+def _relay_halves(kernel: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
+    first = relay.right_shift(kernel, relay.const(1, "int8"))
+    return first, relay.subtract(kernel, first)
+
+
+def _relay_high_low(kernel: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
+    one = relay.const(1, "int8")
+    return relay.right_shift(kernel, one), relay.bitwise_and(kernel, one)
 
 
 def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay.Expr]):
     original = _originals[op]
     if not multiplies_with_pmaddubsw(Target.current(allow_none=True), op):
         return original(attrs, inputs, types)
-    kernel = _int8_kernel(inputs[1], types[1].dtype, inputs[3])
-    if kernel is None:
-        if op == "conv2d":  # cannot see the weights: TVM's exact int16 form
-            return legalizations.helper_no_fast_int8_hw_legalization(attrs, inputs, types, relay.nn.conv2d)
-        return original(attrs, inputs, types)
-    weights, kernel_zero_point = kernel
-    layout = str(attrs.kernel_layout) if op == "conv2d" else "OI"
-    if not can_saturate(weights, layout.index("O")):
-        return original(attrs, inputs, types)
-    # TVM's own legalization for the data (int8 data shifted to uint8); the kernel is ours.
+    # TVM's own legalization first: uint8 data and int8 weights (each shifted by 128 if need be).
     legal = legalizations.helper_change_dtypes_to_uint8_int8(attrs, inputs, types, relay_op)
-    data, _, input_zero_point, _, input_scale, kernel_scale = legal.args if legal is not None else inputs
-    high, low = split_weights(weights)
+    data, kernel, input_zero_point, kernel_zero_point, input_scale, kernel_scale = (
+        legal.args if legal is not None else inputs)
+    kernel_layout = str(attrs.kernel_layout) if op == "conv2d" else "OI"
+    if isinstance(kernel, relay.Constant) and not can_saturate(kernel.data.numpy(), kernel_layout.index("O")):
+        return legal
+    # Weights that could saturate, or that this pass cannot see yet (parameters not bound, a
+    # weight computed by ops): split, exact in either case.
     new_attrs = {key: attrs[key] for key in attrs.keys()}
-
-    def part(values: np.ndarray, zero_point: int) -> relay.Expr:
-        return relay_op(data, relay.const(values), input_zero_point, relay.const(zero_point, "int32"),
-                        input_scale, kernel_scale, **new_attrs)
-
     logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
-                 op, weights.shape)
+                 op, types[1].shape)
+    groups = int(attrs.groups) if op == "conv2d" else 1
+    if groups == 1 and _constant_int(kernel_zero_point) == 0:
+        # One op over twice the input channels: the same sum, regrouped.
+        data_axis = str(attrs.data_layout).index("C") if op == "conv2d" else 1
+        first, second = _parts(kernel, halve_weights, _relay_halves)
+        return relay_op(relay.concatenate([data, data], data_axis),
+                        relay.concatenate([first, second], kernel_layout.index("I")),
+                        input_zero_point, kernel_zero_point, input_scale, kernel_scale, **new_attrs)
+    high, low = _parts(kernel, split_weights, _relay_high_low)
+
+    def part(weights: relay.Expr, zero_point: relay.Expr) -> relay.Expr:
+        return relay_op(data, weights, input_zero_point, zero_point, input_scale, kernel_scale, **new_attrs)
+
     # A shift, not a multiply by 2: FoldScaleAxis (opt level 3) folds a constant multiply after a
     # conv into its weights, which would undo the split (and does not type-check: int8 x int32).
-    return relay.add(relay.left_shift(part(high, 0), relay.const(1, "int32")), part(low, kernel_zero_point))
+    return relay.add(relay.left_shift(part(high, relay.const(0, "int32")), relay.const(1, "int32")),
+                     part(low, kernel_zero_point))
 
 
 def _conv2d(attrs, inputs, types):
