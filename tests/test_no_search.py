@@ -36,7 +36,7 @@ def test_largest_divisor_and_register_caps():
     avx512 = tvm.target.Target(VNNI)
     avx2 = tvm.target.Target(AVX2)
     # one accumulator per intrinsic call: all registers but 4 on the innermost loop, and fewer
-    # than STACK_BYTES of them (a bigger tile buffer is TVM workspace: memory, not registers)
+    # than STACK_BYTES of them (below it the tile buffer is a stack alloca: registers)
     assert register_caps(avx512, tensorized=True) == (15, 1)  # 15 zmm = 960 bytes < 1024
     assert register_caps(avx2, tensorized=True) == (12, 1)  # 16 ymm registers
     assert register_caps(avx512, tensorized=False) == (16, 16)  # one vector of int32

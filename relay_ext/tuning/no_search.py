@@ -21,8 +21,10 @@ decision in its trace is replaced by a choice computed from the loop extents and
   each intrinsic call owns an accumulator register (VNNI), the innermost loop with an extent
   above 1 (a conv's output columns) gets the largest divisor up to the register count less 4
   (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
-  accumulators (15 zmm vectors: a bigger tile buffer is allocated from TVM's workspace, and LLVM
-  keeps it in memory), the other loops 1; where the loop is
+  accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
+  turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
+  LLVM's alias analysis -- it did for 28 columns of a standalone conv, 2026-12-02 -- so this is a
+  safety margin, not a measured speed-up), the other loops 1; where the loop is
   vectorized instead (no intrinsic), one vector of int32 lanes on the innermost loop and up to
   half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
@@ -119,11 +121,10 @@ def target_vectors(target: Target) -> Tuple[int, int]:
 def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
     """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
     module doc): a tensorized block's calls each keep one accumulator register, so the innermost
-    loop (a conv's output columns) takes all registers but 4 (operands), and no more vectors than
-    fit in :data:`STACK_BYTES` (the tile's accumulators are one buffer: on the stack LLVM keeps
-    them in registers, beyond it TVM allocates them from its workspace, in memory), and the next
-    loop none; a vectorized block's innermost loop fills one vector of int32 and the next takes
-    half the registers."""
+    loop (a conv's output columns) takes all registers but 4 (operands), and fewer vectors than
+    fit in :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca,
+    which LLVM keeps in registers), and the next loop none; a vectorized block's innermost loop
+    fills one vector of int32 and the next takes half the registers."""
     bits, count = target_vectors(target)
     if tensorized:
         return min(count - 4, (STACK_BYTES - 1) // (bits // 8)), 1
