@@ -218,3 +218,25 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
         expected = str(task_design(task, target, "ours").trace)
         assert sum(str(r.trace) == expected for r in again.get_all_tuning_records()
                    if tvm.ir.structural_equal(r.workload.mod, task.dispatched[0])) == 1
+
+
+def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
+    """compile_no_search folds constants once with numpy first (relay_ext.lowering.prefold); if
+    that fails, the build goes on from the model as given (Relay folds them), with a warning."""
+    import logging
+
+    from relay_ext.tuning import no_search
+
+    def broken(*args, **kwargs):
+        raise ValueError("prefold broke")
+    monkeypatch.setattr(no_search, "prefold", broken)
+    target = targets.normalize_target(AVX2)
+    with caplog.at_level(logging.WARNING, logger="relay_ext.tuning.no_search"):
+        lib, found, kept = no_search.compile_no_search(tiny.mod, tiny.params, target, "ours",
+                                                       never_slower=False)
+    assert kept is None and any(d.has_record for d in found.designs)
+    assert "constants not prefolded (prefold broke)" in caplog.text
+    default = build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params, target, "ours")
+    if not targets.missing_features(AVX2):
+        for a, b in zip(run_module(lib, tiny.inputs), run_module(default, tiny.inputs)):
+            np.testing.assert_array_equal(a, b)

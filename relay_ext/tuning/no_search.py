@@ -331,7 +331,12 @@ def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
 
     # Relay's constant folding once, with numpy: extraction and the build each paid ~1000 LLVM
     # compilations of constant expressions for ResNet-50 (relay_ext.lowering.prefold)
-    mod, params = prefold(mod, params, target, pass_config(variant)), None
+    try:
+        mod, params = prefold(mod, params, target, pass_config(variant)), None
+    except (tvm.TVMError, ValueError) as error:  # the build without it is slower, not wrong
+        logger.warning("constants not prefolded (%s); Relay folds them",
+                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
+                       else error)
     tasks = lowered_tasks(mod, params, target, variant)
     found = no_search_records(mod, params, target, variant, tasks)
     if not never_slower:
