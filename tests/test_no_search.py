@@ -56,6 +56,12 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
     # every reduction loop whole inside the register tile's loop
     assert [decisions[i] for i in range(5, 10)] == [[1, 3], [1, 3], [1, 2], [1, 16], [1, 1]]
     assert tile_decisions([(128, 2, 64)], (28, 1)) == [[2, 64]]  # bounded by max_innermost
+    # tensorized: the input-channel blocks outside the taps (TOPI's ic_outer, kh, kw, ic_inner)
+    ordered = tile_decisions(loops, (12, 2), channels_outside_taps=True)
+    assert [ordered[i] for i in range(5, 10)] == [[1, 3], [1, 3], [2, 1], [1, 16], [1, 1]]
+    assert ordered[:5] == decisions[:5]
+    one_by_one = [(1, 2, 64), (1, 2, 64), (2, 2, 64), (16, 2, 64), (1, 2, 64)]
+    assert tile_decisions(one_by_one, (12, 2), True) == tile_decisions(one_by_one, (12, 2))
 
 
 def _context(mod, target):
