@@ -32,7 +32,7 @@ decision in its trace is replaced by a choice computed from the loop extents and
   channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
   tensorized 3x3 (or larger) conv, the input-channel blocks, which run outside the taps (TOPI's
   order ``ic_outer, kh, kw, ic_inner``: on ResNet-18's 3x3 convs at 14x14 and 7x7 the taps
-  outermost ran 3-15% slower than TOPI's default, this order 0.98-1.01x); the write-back
+  outermost ran 1.01-1.15x TOPI's default's time, this order 0.98-1.04x, 2026-12-02); the write-back
   level then holds one register tile: its accumulators stay in registers through the reduction
   (14 zmm for ResNet's 56/28/14 columns), independent, so consecutive ``vpdpbusd`` do not wait on
   each other. (A first version that tiled 8 columns x 3 rows and kept the outermost reduction
