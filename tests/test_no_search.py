@@ -35,8 +35,9 @@ def test_largest_divisor_and_register_caps():
     assert [largest_divisor(e, 8) for e in (56, 28, 7, 1, 13)] == [8, 7, 7, 1, 1]
     avx512 = tvm.target.Target(VNNI)
     avx2 = tvm.target.Target(AVX2)
-    # one accumulator per intrinsic call: all registers but 4 on the innermost loop
-    assert register_caps(avx512, tensorized=True) == (28, 1)  # 32 zmm registers
+    # one accumulator per intrinsic call: all registers but 4 on the innermost loop, and fewer
+    # than STACK_BYTES of them (below it the tile buffer is a stack alloca: registers)
+    assert register_caps(avx512, tensorized=True) == (15, 1)  # 15 zmm = 960 bytes < 1024
     assert register_caps(avx2, tensorized=True) == (12, 1)  # 16 ymm registers
     assert register_caps(avx512, tensorized=False) == (16, 16)  # one vector of int32
     assert register_caps(avx2, tensorized=False) == (8, 8)
@@ -55,6 +56,12 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
     # every reduction loop whole inside the register tile's loop
     assert [decisions[i] for i in range(5, 10)] == [[1, 3], [1, 3], [1, 2], [1, 16], [1, 1]]
     assert tile_decisions([(128, 2, 64)], (28, 1)) == [[2, 64]]  # bounded by max_innermost
+    # tensorized: the input-channel blocks outside the taps (TOPI's ic_outer, kh, kw, ic_inner)
+    ordered = tile_decisions(loops, (12, 2), channels_outside_taps=True)
+    assert [ordered[i] for i in range(5, 10)] == [[1, 3], [1, 3], [2, 1], [1, 16], [1, 1]]
+    assert ordered[:5] == decisions[:5]
+    one_by_one = [(1, 2, 64), (1, 2, 64), (2, 2, 64), (16, 2, 64), (1, 2, 64)]
+    assert tile_decisions(one_by_one, (12, 2), True) == tile_decisions(one_by_one, (12, 2))
 
 
 def _context(mod, target):
@@ -86,6 +93,51 @@ def test_the_conv_design_matches_numpy(target, kind):
     out = tvm.nd.empty((1, 4, 8, 8, 16), "int8")
     lib(tvm.nd.array(data), tvm.nd.array(weight), out)
     np.testing.assert_array_equal(out.numpy(), reference(data, weight))
+
+
+def _conv_reference(data, weight, stride, kernel):
+    """numpy's NCHW16c int8 conv (padding (kernel - 1) // 2) and the epilogue of conv_module."""
+    _, blocks, height, width, _ = data.shape
+    pad = (kernel - 1) // 2
+    out_h, out_w = (height + 2 * pad - kernel) // stride + 1, (width + 2 * pad - kernel) // stride + 1
+    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
+    acc = np.zeros((1, weight.shape[0], out_h, out_w, 16), np.int64)
+    for kh in range(kernel):
+        for kw in range(kernel):
+            window = padded[0, :, kh:kh + stride * (out_h - 1) + 1:stride,
+                            kw:kw + stride * (out_w - 1) + 1:stride].reshape(
+                blocks, out_h, out_w, 4, 4)
+            acc[0] += np.einsum("bhwfs,obfcs->ohwc", window,
+                                weight[:, :, kh, kw].astype(np.int64))
+    return np.clip(acc // 256, -128, 127).astype(np.int8)
+
+
+@pytest.mark.parametrize("kernel, stride, height", [(3, 1, 28), (1, 1, 14), (1, 2, 14), (3, 2, 14)])
+def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, stride, height):
+    """The VNNI conv design writes its output back inside the tile (the requantize fused there),
+    with a register tile of fewer than STACK_BYTES of accumulators; ResNet's 1x1 and strided
+    convs included (ic blocks of 16, as Relay's x86 layout makes them)."""
+    target = tvm.target.Target(VNNI)
+    mod = conv_module(channels=64, height=height, ic_block=16, stride=stride, kernel=kernel)
+    design = context_design(_context(mod, target))
+    assert design.design == "vnni tensorized", design.design
+    kinds = [inst.kind.name for inst in design.trace.insts]
+    assert "ReverseComputeAt" in kinds  # fused write-back, not a second pass over int32
+    out_w = (height + 2 * ((kernel - 1) // 2) - kernel) // stride + 1
+    decisions = design.trace.decisions
+    tiles = [decisions[inst] for inst in design.trace.insts  # in the trace's order
+             if inst.kind.name == "SamplePerfectTile" and len(decisions[inst]) == 4]
+    columns = int(tiles[3][-1])  # n, oc chunk, oh, ow, oc block: ow's innermost factor
+    assert columns == largest_divisor(out_w, 15) and columns * 64 < 1024
+    target = needs(VNNI)
+    lib = tvm.build(_scheduled(design), target=target)
+    rng = np.random.default_rng(kernel * 10 + stride)
+    data = rng.integers(0, 256, (1, 4, height, height, 16)).astype("uint8")
+    weight = rng.integers(-128, 128, (4, 4, kernel, kernel, 4, 16, 4)).astype("int8")
+    expected = _conv_reference(data, weight, stride, kernel)
+    out = tvm.nd.empty(expected.shape, "int8")
+    lib(tvm.nd.array(data), tvm.nd.array(weight), out)
+    np.testing.assert_array_equal(out.numpy(), expected)
 
 
 def test_the_amx_design_is_the_amx_rules_and_builds_for_amx():
@@ -172,3 +224,25 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
         expected = str(task_design(task, target, "ours").trace)
         assert sum(str(r.trace) == expected for r in again.get_all_tuning_records()
                    if tvm.ir.structural_equal(r.workload.mod, task.dispatched[0])) == 1
+
+
+def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
+    """compile_no_search folds constants once with numpy first (relay_ext.lowering.prefold); if
+    that fails, the build goes on from the model as given (Relay folds them), with a warning."""
+    import logging
+
+    from relay_ext.tuning import no_search
+
+    def broken(*args, **kwargs):
+        raise ValueError("prefold broke")
+    monkeypatch.setattr(no_search, "prefold", broken)
+    target = targets.normalize_target(AVX2)
+    with caplog.at_level(logging.WARNING, logger="relay_ext.tuning.no_search"):
+        lib, found, kept = no_search.compile_no_search(tiny.mod, tiny.params, target, "ours",
+                                                       never_slower=False)
+    assert kept is None and any(d.has_record for d in found.designs)
+    assert "constants not prefolded (prefold broke)" in caplog.text
+    default = build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params, target, "ours")
+    if not targets.missing_features(AVX2):
+        for a, b in zip(run_module(lib, tiny.inputs), run_module(default, tiny.inputs)):
+            np.testing.assert_array_equal(a, b)

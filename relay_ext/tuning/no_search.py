@@ -9,22 +9,34 @@ For each extracted task, MetaSchedule's design spaces are generated with ``varia
 decision in its trace is replaced by a choice computed from the loop extents and the target:
 
 * **Design**: the first that tensorizes (a ``meta_schedule.auto_tensorize`` mark: VNNI's
-  ``dot_16x4_vnni``, AMX's :class:`meta_rules.cpu.amx_conv.AMXConv` blocks) and, among those, the
-  last one (MultiLevelTiling's designs with a cached output written back at the deepest level).
+  ``dot_16x4_vnni``, AMX's :class:`meta_rules.cpu.amx_conv.AMXConv` blocks) and, among those, one
+  whose output is written back inside the tile (MultiLevelTiling's consumer fusion or write cache,
+  a ``reverse_compute_at``), at the deepest level it offers (the last such design). The design
+  without write-back (chosen until 2026-12-02) accumulated in the whole int32 output in memory
+  (a load and a store around every ``vpdpbusd``) and requantized it in a second pass.
   The AMX designs and the layout-transform rule (``quantfuse_layout_transform``) sample nothing:
   their schedule is theirs as the rule wrote it.
 * **SamplePerfectTile** (MultiLevelTiling's ``SSRSRS``: four factors per spatial loop, two per
   reduction loop): a register tile in the innermost spatial factors, TOPI's shape of it -- where
   each intrinsic call owns an accumulator register (VNNI), the innermost loop with an extent
   above 1 (a conv's output columns) gets the largest divisor up to the register count less 4
-  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and the other loops 1; where the loop is
+  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
+  accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
+  turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
+  LLVM's alias analysis -- it did for 28 columns of a standalone conv, 2026-12-02 -- so this is a
+  safety margin, not a measured speed-up), the other loops 1; where the loop is
   vectorized instead (no intrinsic), one vector of int32 lanes on the innermost loop and up to
   half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
-  channels around the tile), up to the instruction's ``max_innermost_factor``. (A first version
-  that tiled 8 columns x 3 rows and kept the outermost reduction loop outside ran 1.1-9x slower
-  than TOPI's default on ResNet-18's convs; this one 1.1-1.5x on the tasks measured, 2026-12-02.)
+  channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
+  tensorized 3x3 (or larger) conv, the input-channel blocks, which run outside the taps (TOPI's
+  order ``ic_outer, kh, kw, ic_inner``: on ResNet-18's 3x3 convs at 14x14 and 7x7 the taps
+  outermost ran 1.01-1.15x TOPI's default's time, this order 0.98-1.04x, 2026-12-02); the write-back
+  level then holds one register tile: its accumulators stay in registers through the reduction
+  (14 zmm for ResNet's 56/28/14 columns), independent, so consecutive ``vpdpbusd`` do not wait on
+  each other. (A first version that tiled 8 columns x 3 rows and kept the outermost reduction
+  loop outside ran 1.1-9x slower than TOPI's default on ResNet-18's convs.)
 * **SampleCategorical** (the unroll step): 64 where it is a candidate, else the likeliest.
 * **SampleComputeLocation**: the root (``-1``), always valid.
 
@@ -56,6 +68,9 @@ from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
+from ..lowering.config import pass_config
+from ..lowering.prefold import prefold
+
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +78,8 @@ logger = logging.getLogger(__name__)
 # FAILED_RUN_SECS), above any real measurement, so a measured record of the task ranks first.
 UNMEASURED_RUN_SECS = 1e6
 UNROLL_STEP = 64
+# TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
+STACK_BYTES = 1024
 # Blocks whose schedules the rules decide: a tiled block, a tensorized block, the layout rule.
 _RULE_MARKS = ("meta_schedule.tiling_structure", "meta_schedule.auto_tensorize",
                "quantfuse_layout_transform")
@@ -107,12 +124,13 @@ def target_vectors(target: Target) -> Tuple[int, int]:
 def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
     """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
     module doc): a tensorized block's calls each keep one accumulator register, so the innermost
-    loop (a conv's output columns) takes all registers but 4 (operands) and the next none; a
-    vectorized block's innermost loop fills one vector of int32 and the next takes half the
-    registers."""
+    loop (a conv's output columns) takes all registers but 4 (operands), and fewer vectors than
+    fit in :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca,
+    which LLVM keeps in registers), and the next loop none; a vectorized block's innermost loop
+    fills one vector of int32 and the next takes half the registers."""
     bits, count = target_vectors(target)
     if tensorized:
-        return count - 4, 1
+        return min(count - 4, (STACK_BYTES - 1) // (bits // 8)), 1
     return bits // 32, count // 2
 
 
@@ -121,11 +139,14 @@ def largest_divisor(extent: int, cap: int) -> int:
     return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
 
 
-def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int]
-                   ) -> List[List[int]]:
+def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
+                   channels_outside_taps: bool = False) -> List[List[int]]:
     """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
     first: ``extents`` holds (extent, n, max_innermost_factor) per loop; n == 2 is a reduction
-    loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc)."""
+    loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc).
+    ``channels_outside_taps``: a block with four reduction loops or more whose first (a conv's
+    kernel rows) is above 1 -- kh, kw, input-channel blocks, their channels -- runs the channel
+    blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order)."""
     decisions: List[Optional[List[int]]] = [None] * len(extents)
     spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
     reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
@@ -141,6 +162,8 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
         extent, _, max_inner = extents[i]
         inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
         decisions[i] = [extent // inner, inner]
+    if channels_outside_taps and len(reduction) >= 4 and extents[reduction[0]][0] > 1:
+        decisions[reduction[2]] = [extents[reduction[2]][0], 1]
     return decisions  # type: ignore[return-value] - every entry is set above
 
 
@@ -158,7 +181,7 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedu
 
     def flush() -> None:
         extents = [(extent, n, max_inner) for _, extent, n, max_inner in group]
-        for (inst, *_), value in zip(group, tile_decisions(extents, caps)):
+        for (inst, *_), value in zip(group, tile_decisions(extents, caps, tensorized)):
             decisions[inst] = value
         group.clear()
 
@@ -200,11 +223,20 @@ def _describe(trace: tir.schedule.Trace) -> Optional[str]:
 
 
 def _design_order(spaces: Sequence[tir.Schedule]) -> List[tir.Schedule]:
-    """Tensorized designs first, and within each kind the last design first (see the module doc)."""
+    """Tensorized designs first; within each kind, the designs whose output is written back
+    inside the tile (MultiLevelTiling's consumer fusion or write cache: a ``reverse_compute_at``)
+    first, the last such design (the deepest level) first (see the module doc)."""
+    def written_back(space: tir.Schedule) -> bool:
+        return any(inst.kind.name == "ReverseComputeAt" for inst in space.trace.insts)
+
     tensorized = [s for s in spaces if "auto_tensorize" in str(s.trace) or
                   "amx" in str(s.trace).lower()]
     rest = [s for s in spaces if s not in tensorized]
-    return list(reversed(tensorized)) + list(reversed(rest))
+    ordered = []
+    for kind in (tensorized, rest):
+        ordered += [s for s in reversed(kind) if written_back(s)]
+        ordered += [s for s in reversed(kind) if not written_back(s)]
+    return ordered
 
 
 def apply_with_postprocs(trace: tir.schedule.Trace, workload: tvm.IRModule,
@@ -305,6 +337,14 @@ def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
     from .never_slower import compile_never_slower  # pylint: disable=import-outside-toplevel
     from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
 
+    # Relay's constant folding once, with numpy: extraction and the build each paid ~1000 LLVM
+    # compilations of constant expressions for ResNet-50 (relay_ext.lowering.prefold)
+    try:
+        mod, params = prefold(mod, params, target, pass_config(variant)), None
+    except (tvm.TVMError, ValueError) as error:  # the build without it is slower, not wrong
+        logger.warning("constants not prefolded (%s); Relay folds them",
+                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
+                       else error)
     tasks = lowered_tasks(mod, params, target, variant)
     found = no_search_records(mod, params, target, variant, tasks)
     if not never_slower:
