@@ -139,7 +139,7 @@ def a100_fusion(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_tuned_once(tmp_path_factory):
-    """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 10 tasks, seed
+    """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 7 tasks, seed
     0, a small search). Returns (work_dir, what the command printed); tests take a copy
     (:func:`tiny_tuned`), never this directory."""
     from relay_ext.lowering import targets

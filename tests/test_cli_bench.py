@@ -18,16 +18,19 @@ MAX_STEPS = 3
 
 
 def test_a_tune_spreads_its_budget_over_the_tasks(tiny_tuned):
-    """16 trials over tiny_resnet's 10 tasks: every task gets a candidate before any gets a
-    second one, so (almost) every task is measured; the closing line and the summary say so."""
+    """16 trials over tiny_resnet's tasks (10 with TVM's AVX2 legalization, 7 with quantfuse's
+    saturation-free one: relay_ext/lowering/x86/saturation_free_int8.py): every task gets a
+    candidate before any gets a second one, so (almost) every task is measured; the closing line
+    and the summary say so."""
     work_dir, out = tiny_tuned
     summary = json.loads((work_dir / SUMMARY_FILE).read_text())
-    assert len(summary["tasks"]) == 10 and summary["records"] == TUNED_TRIALS
-    assert summary["tasks_measured"] >= 8, summary
+    tasks = len(summary["tasks"])
+    assert tasks >= 5 and summary["records"] == TUNED_TRIALS < 2 * tasks + 3, summary
+    assert summary["tasks_measured"] >= tasks - 2, summary
     assert summary["tasks_measured"] == sum(task["measured"] for task in summary["tasks"])
     left = summary["left_to_default_schedule"]
     assert sorted(left) == sorted(t["name"] for t in summary["tasks"] if not t["measured"])
-    closing = f"{summary['tasks_measured']} of 10 tasks have a valid measurement"
+    closing = f"{summary['tasks_measured']} of {tasks} tasks have a valid measurement"
     assert closing in out, out
     assert (f"{len(left)} left to TVM's default schedule" in out) == bool(left), out
 

@@ -47,7 +47,7 @@ def captured_stderr_fd():
 @pytest.fixture(scope="module")
 def tuned(tiny32, tiny_tuned_once, tmp_path_factory):
     """Each variant tuned with the same tiny budget as the shared work dir (tests/conftest.py:
-    tiny_resnet 32x32, 16 trials over its 10 tasks, AVX2): "ours" is that work dir, the others
+    tiny_resnet 32x32, 16 trials over its 7 tasks, AVX2): "ours" is that work dir, the others
     are tuned here the way ``quantfuse tune`` tunes; each is compiled and run."""
     results = {}
     for variant in meta_rules.VARIANTS:
