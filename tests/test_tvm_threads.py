@@ -116,6 +116,8 @@ def test_every_round_starts_with_one_untimed_run():
     assert len(calls) == 1 + 1 + 3
 
 
+@pytest.mark.serial  # it measures this process's CPU use: alone, after the parallel part (a
+# fresh-clone run on 2 workers, 2026-12-02, found 0.79 s of CPU use in its idle window there)
 def test_settle_waits_until_this_process_stops_using_the_cpu():
     """bench's pause before each configuration outlasts worker threads that spin after a run (TVM's
     pool spun ~210 ms after each run on the AMD EPYC VM, and PyTorch timed in that time took 4-6 ms
