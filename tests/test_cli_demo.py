@@ -41,7 +41,8 @@ def test_demo_on_an_avx2_host_runs_the_whole_job_and_keeps_tvm_logs_out_of_stder
     assert re.search(r"TOTAL\s+\d+ tasks", out), out  # the fusion table's totals
     measured, tasks = map(int, re.search(
         r"8 records; (\d+) of (\d+) tasks have a valid measurement", out).groups())
-    assert tasks >= 8 and measured >= 7, out  # 8 trials: one candidate for each of 8 tasks
+    # 8 trials: one candidate for each task (7 on core-avx2 with the saturation-free legalization)
+    assert tasks >= 7 and measured >= min(tasks, 8) - 1, out
     assert "PyTorch int8" in out and "TVM untuned" in out
     assert re.search(r"done: TVM tuned is [\d.]+ quantization steps from PyTorch \(OK\)", out), out
     assert (work_dir / REPORT_FILE).exists() and (work_dir / CHART_FILE).exists()

@@ -102,7 +102,8 @@ def test_a_saturating_conv_becomes_one_conv_over_twice_the_channels_only_without
 def test_grouped_convs_and_weight_zero_points_take_two_convs():
     sat.install()
     grouped, _, _ = _conv(channels=(16, 16), groups=2)
-    assert _reductions(grouped, AVX2, "qnn.conv2d") == [8, 8]
+    assert _reductions(grouped, AVX512_NO_VNNI, "qnn.conv2d") == [8, 8]
+    assert _reductions(grouped, AVX2, "qnn.conv2d") == [8]  # TOPI's grouped int8 conv is exact there
     zero_point, _, _ = _conv(kernel_dtype="uint8", zero_points=(0, 131))
     assert _reductions(zero_point, AVX2, "qnn.conv2d") == [16, 16]
 

@@ -20,8 +20,8 @@ the input channels, the activation read twice::
 which is exact (the sum is the same sum, regrouped) and pairs no two weights above 64 in
 magnitude, so every 16-bit pair sum fits (255 * 128 = 32640). One conv stays one conv: Relay fuses
 its requantize epilogue as before. It costs twice the reduction and a copy of the input
-(docs/known-tvm-issues.md has the measurements). Grouped convs and weights with a nonzero zero
-point (which would count twice) take a second form, two convs added:
+(docs/known-tvm-issues.md has the measurements). Weights with a nonzero zero point (which would
+count twice) and grouped convs (where they are split, below) take a second form, two convs added:
 ``(qnn.conv2d(x, w >> 1, zx, 0) << 1) + qnn.conv2d(x, w & 1, zx, zw)`` (exact too; their sum is an
 epilogue Relay cannot fuse into both convs). The split is made in QNN's x86 legalization, so the
 untuned build, MetaSchedule's task extraction and the tuned build all see it; it is made only:
@@ -31,8 +31,9 @@ untuned build, MetaSchedule's task extraction and the tuned build all see it; it
 * for a ``qnn.conv2d`` whose weights could saturate: some output channel with two weights whose
   positive parts (or negative parts) add up to more than 128 in magnitude (whatever the pairing;
   a model whose constant weights are quantized to 7 bits keeps its single conv);
-* for ``qnn.dense`` only where MetaSchedule's AVX-512 dot product may be used (``avx512bw``
-  without VNNI): TOPI's untuned dense is exact on these targets.
+* for ``qnn.dense`` and grouped or depthwise convs only where MetaSchedule's AVX-512 dot product
+  may be used (``avx512bw`` without VNNI): TOPI's untuned dense, grouped and depthwise int8 ops
+  are exact on these targets.
 
 Weights that are not a constant when QNN is legalized (parameters bound later, a weight computed
 by ops) are split with Relay ops (``right_shift``, ``subtract``, ``bitwise_and``), which constant
@@ -129,7 +130,10 @@ def _relay_high_low(kernel: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
 
 def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay.Expr]):
     original = _originals[op]
-    if not multiplies_with_pmaddubsw(Target.current(allow_none=True), op):
+    groups = int(attrs.groups) if op == "conv2d" else 1
+    # TOPI's grouped and depthwise int8 convs do not use vpmaddubsw (exact on AVX2, tested); like
+    # dense, they are split only where MetaSchedule's AVX-512 dot product may be used.
+    if not multiplies_with_pmaddubsw(Target.current(allow_none=True), op if groups == 1 else "dense"):
         return original(attrs, inputs, types)
     # TVM's own legalization first: uint8 data and int8 weights (each shifted by 128 if need be).
     legal = legalizations.helper_change_dtypes_to_uint8_int8(attrs, inputs, types, relay_op)
@@ -143,7 +147,6 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     new_attrs = {key: attrs[key] for key in attrs.keys()}
     logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
                  op, types[1].shape)
-    groups = int(attrs.groups) if op == "conv2d" else 1
     if groups == 1 and _constant_int(kernel_zero_point) == 0:
         # One op over twice the input channels: the same sum, regrouped.
         data_axis = str(attrs.data_layout).index("C") if op == "conv2d" else 1
