@@ -76,11 +76,10 @@ def multiplies_with_pmaddubsw(target: Optional[Target], op: str = "conv2d") -> b
         return False
 
 
-def can_saturate(weights: np.ndarray, output_axis: int = 0, zero_point: int = 0) -> bool:
+def can_saturate(weights: np.ndarray, output_axis: int = 0) -> bool:
     """Whether some pair of products of a uint8 activation (0..255) and two of ``weights`` (int8,
-    raw values; ``zero_point`` does not enter the products) of one output channel can leave the
-    int16 range, whatever the pairing."""
-    del zero_point  # QNN subtracts it after the products, in 32 bits
+    raw values: QNN subtracts the zero point after the products, in 32 bits) of one output channel
+    can leave the int16 range, whatever the pairing."""
     per_channel = np.moveaxis(np.asarray(weights, dtype=np.int64), output_axis, 0)
     per_channel = per_channel.reshape(per_channel.shape[0], -1)
     if per_channel.shape[1] < 2:
