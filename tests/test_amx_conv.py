@@ -35,16 +35,19 @@ def conv_module(channels=64, height=8, ic_block=64, stride=1, kernel=3):
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
 
-def reference(data, weight, stride=1):
-    _, blocks, height, width, _ = data.shape
-    height, width = (height - 1) // stride + 1, (width - 1) // stride + 1  # padding 1, 3x3
-    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+def reference(data, weight, stride=1, kernel=3):
+    """numpy's NCHW[x]c int8 conv (padding (kernel - 1) // 2, input-channel block from the data's
+    last axis, groups of 4) and conv_module's requantize epilogue."""
+    _, blocks, height, width, ic_block = data.shape
+    pad = (kernel - 1) // 2
+    height, width = (height + 2 * pad - kernel) // stride + 1, (width + 2 * pad - kernel) // stride + 1
+    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
     acc = np.zeros((1, weight.shape[0], height, width, 16), np.int64)
-    for kh in range(3):
-        for kw in range(3):
+    for kh in range(kernel):
+        for kw in range(kernel):
             window = padded[0, :, kh:kh + stride * (height - 1) + 1:stride,
                             kw:kw + stride * (width - 1) + 1:stride].reshape(
-                blocks, height, width, 16, 4)
+                blocks, height, width, ic_block // 4, 4)
             acc[0] += np.einsum("bhwfs,obfcs->ohwc", window,
                                 weight[:, :, kh, kw].astype(np.int64))
     return np.clip(acc // 256, -128, 127).astype(np.int8)

@@ -95,23 +95,6 @@ def test_the_conv_design_matches_numpy(target, kind):
     np.testing.assert_array_equal(out.numpy(), reference(data, weight))
 
 
-def _conv_reference(data, weight, stride, kernel):
-    """numpy's NCHW16c int8 conv (padding (kernel - 1) // 2) and the epilogue of conv_module."""
-    _, blocks, height, width, _ = data.shape
-    pad = (kernel - 1) // 2
-    out_h, out_w = (height + 2 * pad - kernel) // stride + 1, (width + 2 * pad - kernel) // stride + 1
-    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
-    acc = np.zeros((1, weight.shape[0], out_h, out_w, 16), np.int64)
-    for kh in range(kernel):
-        for kw in range(kernel):
-            window = padded[0, :, kh:kh + stride * (out_h - 1) + 1:stride,
-                            kw:kw + stride * (out_w - 1) + 1:stride].reshape(
-                blocks, out_h, out_w, 4, 4)
-            acc[0] += np.einsum("bhwfs,obfcs->ohwc", window,
-                                weight[:, :, kh, kw].astype(np.int64))
-    return np.clip(acc // 256, -128, 127).astype(np.int8)
-
-
 @pytest.mark.parametrize("kernel, stride, height", [(3, 1, 28), (1, 1, 14), (1, 2, 14), (3, 2, 14)])
 def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, stride, height):
     """The VNNI conv design writes its output back inside the tile (the requantize fused there),
@@ -134,7 +117,7 @@ def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, s
     rng = np.random.default_rng(kernel * 10 + stride)
     data = rng.integers(0, 256, (1, 4, height, height, 16)).astype("uint8")
     weight = rng.integers(-128, 128, (4, 4, kernel, kernel, 4, 16, 4)).astype("int8")
-    expected = _conv_reference(data, weight, stride, kernel)
+    expected = reference(data, weight, stride, kernel)
     out = tvm.nd.empty(expected.shape, "int8")
     lib(tvm.nd.array(data), tvm.nd.array(weight), out)
     np.testing.assert_array_equal(out.numpy(), expected)
