@@ -60,6 +60,21 @@ def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, mo
     first = json.loads(capsys.readouterr().out)
     assert calls and (work_dir / NEVER_SLOWER_FILE).exists()
     assert len(calls) == len(first["tasks_vs_default"])
+    # with a work dir: the tuned row, the no-search row beside it, then TVM's default
+    names = [row["configuration"] for row in first["rows"]]
+    assert names[:4] == ["TVM tuned (ours)", "TVM no-search (ours)", "TVM untuned",
+                         "PyTorch int8"], names
+    assert first["main"] == "TVM tuned (ours)"
+    assert 0 <= first["max_steps"] <= MAX_STEPS and 0 <= first["no_search_max_steps"] <= MAX_STEPS
+    # every task of the work dir's model is compared (a task without a tuned record with its
+    # no-search schedule), and each comparison's choice is the fastest of what it timed
+    for task in first["tasks_vs_default"]:
+        timed = {"tuned" if task["record_source"] == "tuned" else "no-search": task["record_ms"],
+                 "default": task["default_ms"] * (1 + never_slower.MARGIN)}
+        if task["no_search_ms"] is not None:
+            timed["no-search"] = min(timed.get("no-search", 1e9), task["no_search_ms"])
+        assert task["choice"] == min(timed, key=timed.get) or (
+            task["choice"] == "tuned" and timed.get("no-search") == timed.get("tuned")), task
     calls.clear()
     assert cli.main(command) == 0
     second = json.loads(capsys.readouterr().out)
@@ -78,3 +93,5 @@ def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, mo
     manifest = json.loads(library.with_suffix(".json").read_text())
     assert sorted(manifest["records"]["defaults"]) == sorted(
         task["task"] for task in first["tasks_vs_default"] if task["uses_default"])
+    assert sorted(manifest["records"]["no_search"]) == sorted(
+        task["task"] for task in first["tasks_vs_default"] if task["choice"] == "no-search")

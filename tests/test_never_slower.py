@@ -79,7 +79,7 @@ class CountingTimer:
     def __init__(self):
         self.timed = []
 
-    def __call__(self, task, database, target, variant, rounds=5, on_built=None):
+    def __call__(self, task, database, target, variant, rounds=5, on_built=None, **kwargs):
         from relay_ext.tuning.never_slower import TaskVsDefault
 
         self.timed.append(task.task_name)
@@ -187,3 +187,96 @@ def test_tvms_not_tuned_warning_does_not_reach_stderr(tmp_path):
     assert all(r.returncode == 0 and "built" in r.stdout for r in runs.values()), runs
     assert "One or more operators have not been tuned" in runs["tvm"].stderr
     assert "not been tuned" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout
+
+
+# --- the no-search schedule beside the tuned record (relay_ext.tuning.builds, issue 29) ---
+
+@pytest.fixture(scope="module")
+def no_search_designs(slow_conv_database, tiny):
+    """The compilable no-search records of tiny_resnet's tasks (AVX2)."""
+    from relay_ext.tuning.compilable_records import compilable_records
+    from relay_ext.tuning.no_search import no_search_records
+
+    target, tasks, _, _ = slow_conv_database
+    found = no_search_records(tiny.mod, tiny.params, target, "ours", tasks)
+    assert any(d.has_record for d in found.designs)
+    return compilable_records(found.database).database
+
+
+def _trace_of(database, workload):
+    from relay_ext.tuning.never_slower import best_record
+
+    record = best_record(database, workload)
+    return None if record is None else str(record.trace)
+
+
+def test_the_slow_record_loses_to_its_no_search_schedule_or_the_default_and_every_task_is_timed(
+        slow_conv_database, no_search_designs, tiny):
+    """Timed for real: the deliberately slow record is beaten; every task with a no-search design
+    but no tuned record is timed too (its no-search schedule against the default)."""
+    target, tasks, task, database = slow_conv_database
+    kept = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                no_search=no_search_designs)
+    by_task = {c.task: c for c in kept.comparisons}
+    slow = by_task[task.task_name]
+    assert slow.record_source == "tuned" and slow.no_search_ms is not None, slow
+    assert slow.choice in ("no-search", "default"), slow
+    assert slow.record_ms > 1.5 * min(slow.no_search_ms, slow.default_ms), slow
+    designed = [t for t in tasks if _trace_of(no_search_designs, t.dispatched[0]) is not None]
+    assert {t.task_name for t in designed} <= set(by_task)
+    for other in designed:
+        if other.task_name != task.task_name:
+            assert by_task[other.task_name].record_source == "no-search"
+    # what the kept database holds for each task is what its comparison chose
+    for t in designed:
+        comparison, workload = by_task[t.task_name], t.dispatched[0]
+        held = _trace_of(kept.database, workload)
+        if comparison.choice == "default":
+            assert held is None, comparison
+        else:
+            assert held == _trace_of(no_search_designs, workload), comparison
+
+
+class ChoosingTimer:
+    """Stands in for time_task with fixed times: the tuned record 2 ms, the no-search schedule
+    ``no_search_ms``, TVM's default 3 ms (the choice is under test here, not the timing)."""
+
+    def __init__(self, no_search_ms):
+        self.no_search_ms = no_search_ms
+
+    def __call__(self, task, database, target, variant, rounds=5, on_built=None, no_search=None,
+                 record_source="tuned"):
+        from relay_ext.tuning.never_slower import TaskVsDefault
+
+        record_ms = self.no_search_ms if record_source == "no-search" else 2.0
+        return TaskVsDefault(task.task_name, record_ms, 3.0, int(task.weight),
+                             self.no_search_ms if no_search is not None else None, record_source)
+
+
+@pytest.mark.parametrize("no_search_ms, expected", [(1.0, "no-search"), (2.5, "tuned"),
+                                                    (9.0, "tuned")])
+def test_the_faster_of_the_tuned_record_and_the_no_search_schedule_is_compiled(
+        slow_conv_database, no_search_designs, tiny, monkeypatch, no_search_ms, expected):
+    from relay_ext.tuning import never_slower
+    from relay_ext.tuning.builds import no_search_choice
+
+    monkeypatch.setattr(never_slower, "time_task", ChoosingTimer(no_search_ms))
+    target, tasks, task, database = slow_conv_database
+    if _trace_of(no_search_designs, task.dispatched[0]) is None:
+        pytest.skip(f"{task.task_name} has no no-search design on {AVX2}")
+    kept = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                no_search=no_search_designs)
+    (comparison,) = [c for c in kept.comparisons if c.task == task.task_name]
+    assert comparison.choice == expected, comparison
+    held = _trace_of(kept.database, task.dispatched[0])
+    source = no_search_designs if expected == "no-search" else database
+    assert held == _trace_of(source, task.dispatched[0])
+    assert (task.task_name in [c.task for c in kept.no_search_used]) == (expected == "no-search")
+    # the no-search build, from the same timings: its schedule unless the default (3 ms) beat it
+    alone = no_search_choice(no_search_designs, kept)
+    held = _trace_of(alone.database, task.dispatched[0])
+    if no_search_ms > 3.0 * (1 + never_slower.MARGIN):
+        assert held is None
+    else:
+        assert held == _trace_of(no_search_designs, task.dispatched[0])
+    assert len(alone.comparisons) == len([c for c in kept.comparisons])

@@ -4,10 +4,11 @@
     built = tuned_build(database, mod, params, target)       # the same, with the choice made
     lib = untuned_build(mod, params, target)                 # bench's "TVM untuned" row
 
-The tuned build applies the never-slower rule as bench does
-(:mod:`relay_ext.tuning.never_slower`): each workload's fastest buildable record, less those whose
-task ran slower here than TVM's default schedule of the task, timed on a thread whose TVM pool
-has ``threads`` workers (default: every CPU, bench's default). The choice is a measurement, so
+The tuned build is bench's (:func:`relay_ext.tuning.builds.compile_builds`): each task gets the
+fastest of its best buildable record, its no-search schedule (:mod:`relay_ext.tuning.no_search`;
+a task without a record gets it too) and TVM's default schedule (the never-slower rule,
+:mod:`relay_ext.tuning.never_slower`), timed here on a thread whose TVM pool has ``threads``
+workers (default: every CPU, bench's default). The choice is a measurement, so
 two builds of the same database on a busy machine can differ in which tasks keep their record;
 :class:`TunedBuild` says which did.
 """
@@ -27,9 +28,9 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, normalize_target
 from ..report.accuracy import build_untuned
+from ..tuning.builds import compile_builds
 from ..tuning.timing import with_tvm_threads
-from ..tuning.build import build_with_records
-from ..tuning.never_slower import TaskVsDefault, compile_never_slower
+from ..tuning.never_slower import TaskVsDefault
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,12 @@ class TunedBuild:
         """The tasks compiled with TVM's default schedule because their record ran slower."""
         return [c.task for c in self.comparisons if c.uses_default]
 
+    @property
+    def no_search(self) -> List[str]:
+        """The tasks compiled with their no-search schedule: no tuned record, or one that ran
+        slower here than the no-search schedule."""
+        return [c.task for c in self.comparisons if c.uses_no_search]
+
 
 def default_threads(threads: Optional[int] = None) -> int:
     """``threads``, else bench's default: every CPU of this machine."""
@@ -61,20 +68,23 @@ def tuned_build(database: ms.Database, mod: tvm.IRModule,
                 never_slower: bool = True,
                 cache_path: Union[str, os.PathLike, None] = None) -> TunedBuild:
     """Bench's tuned build of ``mod`` with ``database``'s records (see the module doc);
-    ``never_slower=False``: every workload's fastest buildable record, as ``bench
-    --keep-slower-records`` builds it. ``cache_path``: the never-slower rule's timing cache, as
+    ``never_slower=False``: every workload's fastest buildable record and, for each task
+    without one, its no-search schedule, untimed, as ``bench --keep-slower-records`` builds it. ``cache_path``: the never-slower rule's timing cache, as
     bench keeps it in its work dir (``work_dir / NEVER_SLOWER_FILE``): tasks timed there are
     not timed again. Works on a copy of ``mod``."""
     target, variant = normalize_target(target), check_variant(variant)
     if not never_slower:
-        return TunedBuild(build_with_records(database, mod, params, target, variant), None, [])
+        built = compile_builds(database, mod, params, target, variant, never_slower=False,
+                               no_search_build=False)
+        return TunedBuild(built.tuned, None, [])
     check_runs_here(target)  # the rule times code: code this CPU cannot run would kill us
     threads = default_threads(threads)
-    lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
-        database, mod, params, target, variant, cache_path=cache_path))
+    built = with_tvm_threads(threads, lambda: compile_builds(
+        database, mod, params, target, variant, cache_path=cache_path, no_search_build=False))
+    kept = built.tuned_kept
     for comparison in kept.defaults:
         logger.info("TVM's default schedule kept: %s", comparison)
-    return TunedBuild(lib, threads, list(kept.comparisons))
+    return TunedBuild(built.tuned, threads, list(kept.comparisons))
 
 
 def compile_model(database: ms.Database, mod: tvm.IRModule,
@@ -83,12 +93,13 @@ def compile_model(database: ms.Database, mod: tvm.IRModule,
                   threads: Optional[int] = None) -> tvm.runtime.Module:
     """``relay_ext.compile``: the Relay module built with ``database``'s tuned records, as
     ``quantfuse bench`` builds its tuned row (graph executor factory). ``never_slower`` (the
-    default): a task whose best record runs slower here than TVM's default schedule of the task,
-    both timed with ``threads`` threads (default every CPU), is compiled with the default; pass
-    ``never_slower=False`` for every workload's fastest buildable record
-    (:func:`relay_ext.tuning.compile_model`, no timing). The never-slower rule runs code, so
-    ``target`` must run on this machine (else
-    :class:`relay_ext.lowering.targets.TargetNotRunnable`)."""
+    default): each task gets the fastest, timed here with ``threads`` threads (default every
+    CPU), of its best record, its no-search schedule and TVM's default schedule; a task without
+    a record, the faster of the last two. ``never_slower=False``: no timing -- every workload's
+    fastest buildable record, and the no-search schedule of every task without one. The
+    never-slower rule runs code, so ``target`` must run on this machine (else
+    :class:`relay_ext.lowering.targets.TargetNotRunnable`). An empty database gives the no-search
+    build."""
     return tuned_build(database, mod, params, target, variant, threads, never_slower).lib
 
 

@@ -13,11 +13,13 @@ library that TVM's runtime loads: :mod:`relay_ext.deploy.runtime`, or C++). ``mo
      "outputs": [{"shape": [1, 1000], "dtype": "float32", "scale": 0.0087, "zero_point": 56}],
      "target": "llvm -keys=cpu -mcpu=...", "amx": false, "build": "tuned", "variant": "ours",
      "threads": 2, "quantfuse": "0.1.0", "tvm": "0.19.0", "model": "resnet18",
-     "records": {"count": 486, "digest": "sha256 of the records", "defaults": [...]}}
+     "records": {"count": 486, "digest": "sha256 of the records", "defaults": [...],
+                 "no_search": [...]}}
 
 ``scale``/``zero_point``: the output's quantization (the ``qnn.dequantize`` that ends the graph;
 null when it has none). ``records.defaults``: the tasks the never-slower rule compiled with TVM's
-default schedule. Both files are written to temporary names in the same directory and moved into
+default schedule; ``records.no_search``: those compiled with their no-search schedule (no tuned
+record, or one slower here than it). Both files are written to temporary names in the same directory and moved into
 place with ``os.replace`` only once both are complete, the library first: a failed or
 interrupted export leaves no half-written file (an earlier export at the path stays whole, and
 the loader refuses a library whose description names another library's SHA-256).
@@ -142,10 +144,10 @@ def describe(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
     bound = set(params or {})
     inputs = [{"name": p.name_hint, "shape": [int(d) for d in p.checked_type.shape],
                "dtype": str(p.checked_type.dtype)} for p in main.params if p.name_hint not in bound]
-    records: Dict[str, Any] = {"count": 0, "digest": None, "defaults": []}
+    records: Dict[str, Any] = {"count": 0, "digest": None, "defaults": [], "no_search": []}
     if database is not None:
         records = {"count": len(database), "digest": records_digest(database),
-                   "defaults": built.defaults}
+                   "defaults": built.defaults, "no_search": built.no_search}
     return {
         "format": FORMAT, "model": model_name, "inputs": inputs, "outputs": outputs_of(main),
         "target": str(target), "amx": bool(target_has_amx(target)),

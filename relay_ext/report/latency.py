@@ -15,22 +15,20 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
-import tvm
 from tvm import meta_schedule as ms
 
 from meta_rules.rule_sets import TargetLike, check_variant
 
 from ..frontend.models import LoadedModel
 from ..frontend.onnx_runtime import saturation_note
-from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
-from ..tuning.build import build_with_records
-from ..tuning.never_slower import TaskVsDefault, compile_never_slower
+from ..tuning.builds import build_default, compile_builds
+from ..tuning.never_slower import TaskVsDefault
 # The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
 from ..tuning.timing import (Timing, TVMThread, interleaved_rounds, load_average, torch_timer,
                              with_tvm_threads)
-from .accuracy import build_untuned, step_error
+from .accuracy import step_error
 from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
 
@@ -61,9 +59,12 @@ class BenchResult:
     # Max output steps from the reference of the other runtimes that run the model itself (ONNX
     # Runtime int8 for an ONNX model, whose reference is its QDQ graph as written).
     runtime_steps: Dict[str, float] = dataclasses.field(default_factory=dict)
-    # Issue 18's never-slower rule: every task with a record, its record's time and TVM's
-    # default schedule's, timed here; those whose record was slower were compiled with the
-    # default. None: the rule was not applied.
+    # The no-search row's max steps when the main row is the tuned one (None otherwise).
+    no_search_max_steps: Optional[float] = None
+    # Issue 18's never-slower rule: every task with a record (tuned or no-search), its record's
+    # time, its no-search schedule's beside a tuned record, and TVM's default schedule's, timed
+    # here; each task compiled with the fastest (the default only when it beat both by more than
+    # never_slower.MARGIN). None: the rule was not applied.
     tasks_vs_default: Optional[List[TaskVsDefault]] = None
     # The peer runtimes (OpenVINO, PyTorch Inductor): version, output check or why not run. None:
     # not tried (bench --no-peers).
@@ -103,7 +104,16 @@ class BenchResult:
         line = (f"never slower than TVM's default: {len(slower)} of {len(self.tasks_vs_default)} "
                 "tasks with a record compiled with TVM's default schedule instead (their best "
                 "record ran slower here)")
-        return [line, *[f"  {c}" for c in slower]]
+        lines = [line, *[f"  {c}" for c in slower]]
+        if self.main == TUNED:
+            filled = [c for c in self.tasks_vs_default
+                      if c.record_source == "no-search" and not c.uses_default]
+            beaten = [c for c in self.tasks_vs_default
+                      if c.record_source == "tuned" and c.uses_no_search]
+            lines.append(f"no-search schedule in the tuned build: {len(filled)} task(s) without a "
+                         f"tuned record, {len(beaten)} whose tuned record it outran here")
+            lines += [f"  {c}" for c in beaten]
+        return lines
 
     def runtime_lines(self) -> List[str]:
         """One sentence per entry of ``runtime_steps``, with why when it is more than rounding."""
@@ -164,6 +174,7 @@ class BenchResult:
             "reference": self.reference, "max_steps": self.max_steps,
             "mean_steps": self.mean_steps, "fraction_equal": self.fraction_equal,
             "untuned_max_steps": self.untuned_max_steps,
+            "no_search_max_steps": self.no_search_max_steps,
             "runtime_steps": dict(self.runtime_steps),
             "machine": self.machine, "date": self.date, "load_average": self.load_average,
             "busy_warning": self.busy_warning,
@@ -270,7 +281,9 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
 
     ``database`` None (bench without a work dir): the main row is the no-search build
     (:func:`relay_ext.tuning.no_search.compile_no_search`, label :data:`NO_SEARCH`) instead of
-    the tuned one.
+    the tuned one. With a database, the no-search build is timed too, beside the tuned one, which
+    takes for each task the faster of its tuned record and its no-search schedule
+    (:func:`relay_ext.tuning.builds.compile_builds`).
 
     ``cache_path``: the never-slower rule's timing cache
     (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in the work dir): a second bench with
@@ -293,19 +306,16 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
     load = load_average()  # before our own compile adds to it
     comparisons = None
     main = TUNED if database is not None else NO_SEARCH
-    if database is None:
-        from ..tuning.no_search import compile_no_search  # pylint: disable=import-outside-toplevel
-        lib, _, kept = with_tvm_threads(threads, lambda: compile_no_search(
-            loaded.mod, loaded.params, target, variant, never_slower, cache_path))
-        libs, comparisons = {NO_SEARCH: lib}, None if kept is None else kept.comparisons
-    elif never_slower:
-        lib, kept = with_tvm_threads(threads, lambda: compile_never_slower(
-            database, loaded.mod, loaded.params, target, variant, cache_path=cache_path))
-        libs, comparisons = {TUNED: lib}, kept.comparisons
-    else:
-        libs = {TUNED: build_with_records(database, loaded.mod, loaded.params, target, variant)}
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        libs[UNTUNED] = build_untuned(loaded.mod, loaded.params, target)
+    # One extraction, one generation of the no-search designs and one set of timings for both
+    # builds: with a work dir the tuned row takes, task by task, the faster of the tuned record
+    # and the no-search schedule (relay_ext.tuning.builds).
+    built = with_tvm_threads(threads, lambda: compile_builds(
+        database, loaded.mod, loaded.params, target, variant, never_slower, cache_path))
+    kept = built.tuned_kept if database is not None else built.no_search_kept
+    comparisons = None if kept is None else kept.comparisons
+    libs = {TUNED: built.tuned} if database is not None else {}
+    libs[NO_SEARCH] = built.no_search
+    libs[UNTUNED] = build_default(loaded.mod, loaded.params, target)
 
     old_torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -333,6 +343,8 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
         reference=loaded.reference_name, max_steps=error.max_steps,
         mean_steps=error.mean_steps, fraction_equal=error.fraction_equal,
         untuned_max_steps=step_error(outputs[UNTUNED], expected, loaded.output_scale).max_steps,
+        no_search_max_steps=(step_error(outputs[NO_SEARCH], expected, loaded.output_scale).max_steps
+                             if main != NO_SEARCH else None),
         runtime_steps={label: step_error(output, expected, loaded.output_scale).max_steps
                        for label, output in runtime_outputs.items()},
         tasks_vs_default=comparisons, peers=peer_rows,

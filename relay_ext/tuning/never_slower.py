@@ -51,26 +51,80 @@ MIN_ROUND_MS = 10  # each time_evaluator round runs at least this long (repeats 
 
 @dataclasses.dataclass
 class TaskVsDefault:
-    """One task's best record against TOPI's default schedule, both timed here."""
+    """One task's best record against TOPI's default schedule, both timed here; with the task's
+    no-search schedule beside them when it was timed too (:func:`time_task`'s ``no_search``).
+
+    ``record_ms`` times the database's best record (``record_source`` "tuned"), or, for a task
+    the database has no record of, its no-search schedule (``record_source`` "no-search")."""
 
     task: str
     record_ms: float
     default_ms: float
     weight: int = 1  # how many times the model calls the task's function
+    no_search_ms: Optional[float] = None  # the no-search schedule, timed beside a tuned record
+    record_source: str = "tuned"
+
+    @property
+    def best_ms(self) -> float:
+        """The faster of the record and the no-search schedule."""
+        return min(self.record_ms, self.no_search_ms if self.no_search_ms is not None
+                   else self.record_ms)
 
     @property
     def uses_default(self) -> bool:
-        """The record is slower than the default (by more than :data:`MARGIN`): dropped."""
-        return self.record_ms > (1.0 + MARGIN) * self.default_ms
+        """The record (and the no-search schedule) is slower than the default (by more than
+        :data:`MARGIN`): dropped."""
+        return self.best_ms > (1.0 + MARGIN) * self.default_ms
+
+    @property
+    def uses_no_search(self) -> bool:
+        """The task is compiled with its no-search schedule: it has no tuned record, or its
+        no-search schedule ran faster than the tuned record, and the default is not faster."""
+        if self.uses_default:
+            return False
+        return self.record_source == "no-search" or (
+            self.no_search_ms is not None and self.no_search_ms < self.record_ms)
+
+    @property
+    def choice(self) -> str:
+        """What the task is compiled with: "default", "no-search" or "tuned"."""
+        if self.uses_default:
+            return "default"
+        return "no-search" if self.uses_no_search else "tuned"
+
+    @property
+    def no_search_vs_default(self) -> Optional["TaskVsDefault"]:
+        """The no-search schedule alone against the default (the no-search build's choice), None
+        where it was not timed."""
+        if self.record_source == "no-search":
+            return self
+        if self.no_search_ms is None:
+            return None
+        return TaskVsDefault(self.task, self.no_search_ms, self.default_ms, self.weight,
+                             record_source="no-search")
 
     def __str__(self) -> str:
-        verdict = "TVM's default schedule used" if self.uses_default else "record kept"
-        return (f"{self.task}: best record {self.record_ms:.4f} ms, TVM's default "
+        verdict = {"default": "TVM's default schedule used", "tuned": "record kept",
+                   "no-search": "no-search schedule used"}[self.choice]
+        first = "no-search schedule" if self.record_source == "no-search" else "best record"
+        extra = ("" if self.no_search_ms is None
+                 else f", no-search schedule {self.no_search_ms:.4f} ms")
+        return (f"{self.task}: {first} {self.record_ms:.4f} ms{extra}, TVM's default "
                 f"{self.default_ms:.4f} ms ({verdict})")
 
     def to_dict(self) -> Dict[str, object]:
         return {"task": self.task, "record_ms": self.record_ms, "default_ms": self.default_ms,
-                "weight": self.weight, "uses_default": self.uses_default}
+                "weight": self.weight, "uses_default": self.uses_default,
+                "no_search_ms": self.no_search_ms, "record_source": self.record_source,
+                "choice": self.choice}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object], weight: int) -> "TaskVsDefault":
+        """A comparison as :meth:`to_dict` wrote it (the never-slower cache)."""
+        no_search = data.get("no_search_ms")
+        return cls(str(data["task"]), float(data["record_ms"]), float(data["default_ms"]),
+                   weight, None if no_search is None else float(no_search),
+                   str(data.get("record_source", "tuned")))
 
 
 @dataclasses.dataclass
@@ -79,11 +133,18 @@ class NeverSlower:
 
     database: ms.Database
     comparisons: List[TaskVsDefault]
+    # workload (structural hash, as skip_measured_search.workload_hash) -> its task's name
+    task_names: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def defaults(self) -> List[TaskVsDefault]:
         """The tasks compiled with TVM's default schedule because their record was slower."""
         return [c for c in self.comparisons if c.uses_default]
+
+    @property
+    def no_search_used(self) -> List[TaskVsDefault]:
+        """The tasks compiled with their no-search schedule."""
+        return [c for c in self.comparisons if c.uses_no_search]
 
 
 def task_function_module(task: ms.ExtractedTask) -> tvm.IRModule:
@@ -138,11 +199,14 @@ def random_inputs(func: relay.Function, seed: int = 0) -> Dict[str, np.ndarray]:
 
 def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, variant: str,
               rounds: int = ROUNDS,
-              on_built: Optional[Callable[[tvm.runtime.Module, tvm.runtime.Module], None]] = None
-              ) -> TaskVsDefault:
-    """The task's function built with ``database`` and with TOPI's default schedule, timed in
-    ``rounds`` interleaved rounds here (see the module doc). ``on_built(record_lib,
-    default_lib)``, when given, sees both builds first (to read their code, say)."""
+              on_built: Optional[Callable[[tvm.runtime.Module, tvm.runtime.Module], None]] = None,
+              no_search: Optional[ms.Database] = None,
+              record_source: str = "tuned") -> TaskVsDefault:
+    """The task's function built with ``database`` and with TOPI's default schedule (and with
+    ``no_search``, the task's no-search record, when given), timed in ``rounds`` interleaved
+    rounds here (see the module doc). ``on_built(record_lib, default_lib)``, when given, sees
+    both builds first (to read their code, say). ``record_source``: what ``database``'s record
+    is ("tuned", or "no-search" for a task without a tuned record)."""
     mod = task_function_module(task)
     values = random_inputs(mod["main"])
     weights = weight_params(mod["main"])
@@ -150,15 +214,19 @@ def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, var
     inputs = {name: value for name, value in values.items() if name not in weights}
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         default_lib = relay.build(mod, target, params=constants)
-    record_lib = ms.relay_integration.compile_relay(database, mod, target, constants,
-                                                    pass_config=pass_config(variant))
+    libs = {"record": ms.relay_integration.compile_relay(database, mod, target, constants,
+                                                         pass_config=pass_config(variant))}
+    if no_search is not None:
+        libs["no-search"] = ms.relay_integration.compile_relay(
+            no_search, mod, target, constants, pass_config=pass_config(variant))
     if on_built is not None:
-        on_built(record_lib, default_lib)
+        on_built(libs["record"], default_lib)
     timers = {name: tvm_timer(lib, inputs, 1, min_repeat_ms=MIN_ROUND_MS)[1]
-              for name, lib in (("record", record_lib), ("default", default_lib))}
+              for name, lib in (*libs.items(), ("default", default_lib))}
     samples = interleaved_rounds(timers, rounds, settle_s=None)
-    return TaskVsDefault(task.task_name, 1e3 * statistics.median(samples["record"]),
-                         1e3 * statistics.median(samples["default"]), int(task.weight))
+    median_ms = {name: 1e3 * statistics.median(values) for name, values in samples.items()}
+    return TaskVsDefault(task.task_name, median_ms["record"], median_ms["default"],
+                         int(task.weight), median_ms.get("no-search"), record_source)
 
 
 def has_record(database: ms.Database, workload: tvm.IRModule) -> bool:
@@ -175,64 +243,103 @@ def best_record(database: ms.Database,
     return top[0] if top else None
 
 
+def _only(record: ms.database.TuningRecord) -> ms.Database:
+    """A database holding ``record`` alone."""
+    database = ms.database.MemoryDatabase()
+    database.commit_tuning_record(ms.database.TuningRecord(
+        record.trace, database.commit_workload(record.workload.mod), record.run_secs,
+        record.target, record.args_info))
+    return database
+
+
 def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                          params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                          variant: str, tasks: Optional[Sequence[ms.ExtractedTask]] = None,
                          rounds: int = ROUNDS,
-                         cache_path: Union[str, os.PathLike, None] = None) -> NeverSlower:
+                         cache_path: Union[str, os.PathLike, None] = None,
+                         no_search: Optional[ms.Database] = None) -> NeverSlower:
     """``database`` (one record per workload, as
     :func:`relay_ext.tuning.compilable_records.compilable_records` chooses) less the records
     that run slower than TOPI's default schedule of their task (``target`` and ``variant``
     already checked). ``tasks``: the model's extracted tasks, when the caller has them.
     ``cache_path``: a JSON file (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in a work
     dir) keeping each comparison by record, target and threads
-    (:mod:`relay_ext.tuning.never_slower_cache`): a task found there is not timed again."""
+    (:mod:`relay_ext.tuning.never_slower_cache`): a task found there is not timed again.
+
+    ``no_search``: the tasks' no-search records (:func:`relay_ext.tuning.no_search.no_search_records`,
+    compilable): a task without a record in ``database`` gets its no-search record (timed
+    against the default like any record), and a task with one has its no-search record timed
+    beside it, the faster kept -- so that a tuned build is never slower, task by task, than the
+    no-search build (a few trials of a short tune can find less than the no-search design)."""
     from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
 
     if tasks is None:
         tasks = lowered_tasks(mod, params, target, variant)
     cache = TimingCache.open(cache_path) if cache_path is not None else None
     comparisons: List[TaskVsDefault] = []
-    dropped = set()
+    dropped, replaced = set(), {}
+    task_names = {workload_hash(task.dispatched[0]): str(task.task_name) for task in tasks}
     for task in tasks:
         workload = task.dispatched[0]
+        same = False
         record = best_record(database, workload)
-        if record is None:
+        designed = best_record(no_search, workload) if no_search is not None else None
+        if record is None and designed is None:
             continue
-        key = TimingCache.key(workload, record, target) if cache is not None else None
+        if record is None:  # the no-search record stands in for the missing tuned one
+            timed_db, source, beside = _only(designed), "no-search", None
+            record, designed = designed, None
+        else:
+            timed_db, source = database, "tuned"
+            same = designed is not None and str(designed.trace) == str(record.trace)
+            if same:
+                designed = None  # tune measured the no-search design: it is the record
+            beside = _only(designed) if designed is not None else None
+        key = (TimingCache.key(workload, record, target, designed)
+               if cache is not None else None)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
-            comparison = TaskVsDefault(task.task_name, float(cached["record_ms"]),
-                                       float(cached["default_ms"]), int(task.weight))
+            comparison = TaskVsDefault.from_dict(cached, int(task.weight))
         else:
             try:
-                comparison = time_task(task, database, target, variant, rounds)
+                comparison = time_task(task, timed_db, target, variant, rounds,
+                                       no_search=beside, record_source=source)
             except Exception as error:  # pylint: disable=broad-except - the record is kept
                 logger.warning("could not time %s against TVM's default schedule (%s); keeping "
                                "its record", task.task_name,
                                tvm_error_message(error, limit=200))
+                if source == "no-search":
+                    replaced[workload_hash(workload)] = record
                 continue
             if cache is not None:
                 cache.put(key, comparison.to_dict())
+        if source == "tuned" and same:
+            comparison.no_search_ms = comparison.record_ms  # one schedule, timed once
         comparisons.append(comparison)
         logger.info("%s", comparison)
         if comparison.uses_default:
             dropped.add(workload_hash(workload))
+        elif comparison.uses_no_search:
+            replaced[workload_hash(workload)] = record if source == "no-search" else designed
     if cache is not None:
         cache.save()
-    if not dropped:
-        return NeverSlower(database, comparisons)
+    if not dropped and not replaced:
+        return NeverSlower(database, comparisons, task_names)
     kept = ms.database.MemoryDatabase()
     for record in database.get_all_tuning_records():
-        if workload_hash(record.workload.mod) in dropped:
+        if workload_hash(record.workload.mod) in dropped | set(replaced):
             continue
+        kept.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
+            record.target, record.args_info))
+    for record in replaced.values():
         kept.commit_tuning_record(ms.database.TuningRecord(
             record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
             record.target, record.args_info))
     for comparison in comparisons:
         if comparison.uses_default:
             logger.info("compiling with TVM's default schedule: %s", comparison)
-    return NeverSlower(kept, comparisons)
+    return NeverSlower(kept, comparisons, task_names)
 
 
 def compile_never_slower(database: ms.Database, mod: tvm.IRModule,

@@ -3,6 +3,7 @@ records, target and threads times nothing again.
 
     cache = TimingCache.open(work_dir / NEVER_SLOWER_FILE)   # missing or unreadable: empty
     key = cache.key(workload, record, target)                  # record + target + threads
+    key = cache.key(workload, record, target, no_search)       # ... timed beside a no-search one
     cache.get(key) / cache.put(key, comparison); cache.save()
 
 A key hashes the task's workload (its structural hash), the record's trace (decisions
@@ -59,10 +60,14 @@ class TimingCache:
         return cls(path)
 
     @staticmethod
-    def key(workload: tvm.IRModule, record: ms.database.TuningRecord, target: Target) -> str:
-        """The key of one task's comparison (see the module doc)."""
-        text = "\n".join([str(int(tvm.ir.structural_hash(workload))), str(record.trace),
-                          str(target), str(tvm_threads())])
+    def key(workload: tvm.IRModule, record: ms.database.TuningRecord, target: Target,
+            no_search: Optional[ms.database.TuningRecord] = None) -> str:
+        """The key of one task's comparison (see the module doc); ``no_search``: the task's
+        no-search record, when it was timed beside ``record``."""
+        parts = [str(int(tvm.ir.structural_hash(workload))), str(record.trace)]
+        if no_search is not None:
+            parts += ["no-search", str(no_search.trace)]
+        text = "\n".join(parts + [str(target), str(tvm_threads())])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> Optional[Dict]:

@@ -68,8 +68,6 @@ from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering.config import pass_config
-from ..lowering.prefold import prefold
 
 
 logger = logging.getLogger(__name__)
@@ -333,22 +331,7 @@ def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
     default schedule of its task, the faster kept (:func:`compile_never_slower`; ``cache_path``
     keeps its timings). Returns (the graph executor factory, the :class:`NoSearch`, the
     never-slower result or None)."""
-    from .build import build_with_records  # pylint: disable=import-outside-toplevel
-    from .never_slower import compile_never_slower  # pylint: disable=import-outside-toplevel
-    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+    from .builds import compile_builds  # pylint: disable=import-outside-toplevel
 
-    # Relay's constant folding once, with numpy: extraction and the build each paid ~1000 LLVM
-    # compilations of constant expressions for ResNet-50 (relay_ext.lowering.prefold)
-    try:
-        mod, params = prefold(mod, params, target, pass_config(variant)), None
-    except (tvm.TVMError, ValueError) as error:  # the build without it is slower, not wrong
-        logger.warning("constants not prefolded (%s); Relay folds them",
-                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
-                       else error)
-    tasks = lowered_tasks(mod, params, target, variant)
-    found = no_search_records(mod, params, target, variant, tasks)
-    if not never_slower:
-        return build_with_records(found.database, mod, params, target, variant), found, None
-    lib, kept = compile_never_slower(found.database, mod, params, target, variant, tasks=tasks,
-                                     cache_path=cache_path)
-    return lib, found, kept
+    built = compile_builds(None, mod, params, target, variant, never_slower, cache_path)
+    return built.no_search, built.found, built.no_search_kept
