@@ -5,7 +5,9 @@
     python -m benchmarks.where_time_goes --model resnet18 --no-search ...   # no tuning: issue 29's build
     python -m benchmarks.where_time_goes --model resnet18 ...               # no work dir: TVM untuned
 
-TVM side: the build examined is the work dir's tuned records (``--work-dir``), the no-search
+TVM side: the build examined is the work dir's tuned build (``--work-dir``: as bench builds it,
+each task its tuned record or its no-search schedule, whichever ran faster here, a task without
+a record its no-search schedule: :func:`relay_ext.tuning.builds.compile_builds`), the no-search
 records (``--no-search``: :func:`relay_ext.tuning.no_search.no_search_records`) or none (TVM
 untuned: TOPI's default schedules). Every task of the model (one fused function) is built twice
 and timed in interleaved rounds, as ``quantfuse bench``'s never-slower rule does
@@ -71,7 +73,7 @@ from relay_ext.frontend.optional_deps import MissingDependency, require_openvino
 from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
 from relay_ext.tuning.build import build_with_records
 from relay_ext.tuning.compilable_records import compilable_records
-from relay_ext.tuning.never_slower import best_record, has_record, time_task
+from relay_ext.tuning.never_slower import best_record, has_record, never_slower_records, time_task
 from relay_ext.tuning.no_search import no_search_records
 from relay_ext.tuning.tasks import lowered_tasks
 from relay_ext.tuning.timing import load_average, tvm_timer, with_tvm_threads
@@ -310,6 +312,12 @@ def measure(args, label: str, variant: str, database: Optional[ms.Database], tar
     if database is None:
         database = (no_search_records(loaded.mod, loaded.params, target, variant, tasks).database
                     if label == "no-search" else ms.database.MemoryDatabase())
+    else:  # the tuned build as bench builds it: per task its record or its no-search schedule
+        designs = compilable_records(no_search_records(
+            loaded.mod, loaded.params, target, variant, tasks).database).database
+        database = with_tvm_threads(args.threads, lambda: never_slower_records(
+            database, loaded.mod, loaded.params, target, variant, tasks,
+            no_search=designs).database)
     tvm_rows = with_tvm_threads(
         args.threads, lambda: tvm_layers(tasks, database, target, variant, args.rounds))
     tvm_total = with_tvm_threads(args.threads, lambda: tvm_model_ms(
