@@ -47,7 +47,7 @@ from ..lowering.config import BUILD_OPTIONS, pass_config
 from ..lowering.prefold import prefold
 from .build import copy_module
 from .compilable_records import compilable_records
-from .never_slower import NeverSlower, TaskVsDefault, never_slower_records
+from .never_slower import NeverSlower, TaskVsDefault, commit_copy, never_slower_records
 from .no_search import NoSearch, no_search_records
 from .skip_measured_search import workload_hash
 
@@ -69,11 +69,11 @@ class Builds:
 
 
 def prefolded(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
-              variant: str):
-    """(module, params) with Relay's constant folding done by numpy (params bound: None); the
-    inputs unchanged where it fails (the build is then slower, not wrong)."""
+              config: Mapping[str, object]):
+    """(module, params) with Relay's constant folding done by numpy under pass ``config`` (params
+    bound: None); the inputs unchanged where it fails (the build is then slower, not wrong)."""
     try:
-        return prefold(mod, params, target, pass_config(variant)), None
+        return prefold(mod, params, target, config), None
     except (tvm.TVMError, ValueError) as error:
         logger.warning("constants not prefolded (%s); Relay folds them",
                        tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
@@ -88,12 +88,7 @@ def build_default(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArra
     compiled ~1000 constant expressions with LLVM)."""
     from ..report.accuracy import build_untuned  # pylint: disable=import-outside-toplevel
 
-    try:
-        mod, params = prefold(mod, params, target, BUILD_OPTIONS), None
-    except (tvm.TVMError, ValueError) as error:
-        logger.warning("constants not prefolded (%s); Relay folds them",
-                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
-                       else error)
+    mod, params = prefolded(mod, params, target, BUILD_OPTIONS)
     with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
         return build_untuned(mod, params, target)
 
@@ -109,9 +104,7 @@ def _merged(records: ms.Database, fill: ms.Database) -> ms.Database:
                 continue
             if source is records:
                 present.add(key)
-            merged.commit_tuning_record(ms.database.TuningRecord(
-                record.trace, merged.commit_workload(record.workload.mod), record.run_secs,
-                record.target, record.args_info))
+            commit_copy(merged, record)
     return merged
 
 
@@ -132,9 +125,7 @@ def no_search_choice(designs: ms.Database, tuned: NeverSlower) -> NeverSlower:
             comparisons.append(verdict)
             if verdict.uses_default:
                 continue
-        kept.commit_tuning_record(ms.database.TuningRecord(
-            record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
-            record.target, record.args_info))
+        commit_copy(kept, record)
     return NeverSlower(kept, comparisons, dict(tuned.task_names))
 
 
@@ -153,7 +144,7 @@ def compile_builds(database: Optional[ms.Database], mod: tvm.IRModule,
     if database is None and not no_search_build:
         raise ValueError("compile_builds: nothing to build (no database and no no-search build)")
     register_tensor_intrinsics(target)
-    mod, params = prefolded(mod, params, target, variant)
+    mod, params = prefolded(mod, params, target, pass_config(variant))
     tasks = lowered_tasks(mod, params, target, variant)
     found = no_search_records(mod, params, target, variant, tasks)
     designs = compilable_records(found.database).database

@@ -243,12 +243,17 @@ def best_record(database: ms.Database,
     return top[0] if top else None
 
 
-def _only(record: ms.database.TuningRecord) -> ms.Database:
-    """A database holding ``record`` alone."""
-    database = ms.database.MemoryDatabase()
+def commit_copy(database: ms.Database, record: ms.database.TuningRecord) -> None:
+    """``record`` (of another database) committed to ``database``, with its workload."""
     database.commit_tuning_record(ms.database.TuningRecord(
         record.trace, database.commit_workload(record.workload.mod), record.run_secs,
         record.target, record.args_info))
+
+
+def _only(record: ms.database.TuningRecord) -> ms.Database:
+    """A database holding ``record`` alone."""
+    database = ms.database.MemoryDatabase()
+    commit_copy(database, record)
     return database
 
 
@@ -329,13 +334,9 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
     for record in database.get_all_tuning_records():
         if workload_hash(record.workload.mod) in dropped | set(replaced):
             continue
-        kept.commit_tuning_record(ms.database.TuningRecord(
-            record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
-            record.target, record.args_info))
+        commit_copy(kept, record)
     for record in replaced.values():
-        kept.commit_tuning_record(ms.database.TuningRecord(
-            record.trace, kept.commit_workload(record.workload.mod), record.run_secs,
-            record.target, record.args_info))
+        commit_copy(kept, record)
     for comparison in comparisons:
         if comparison.uses_default:
             logger.info("compiling with TVM's default schedule: %s", comparison)
