@@ -1,4 +1,4 @@
-"""Tuned int8 on this CPU against its peers (issues 18 and 28): TVM tuned, TVM untuned, PyTorch
+"""Tuned int8 on this CPU against its peers (issues 18 and 28): TVM tuned, TVM no-search, TVM untuned, PyTorch
 int8, ONNX Runtime int8, OpenVINO int8 and PyTorch Inductor int8, after a tune of a given wall time.
 
     python -m benchmarks.cpu_vs_peers [--models resnet18,resnet50,mobilenet_v2] [--minutes 15]
@@ -39,7 +39,7 @@ from relay_ext.lowering.targets import host_cpu_flags
 from relay_ext.report.tables import machine_description
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_vs_peers.json"
-ROWS = ("TVM tuned (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
+ROWS = ("TVM tuned (ours)", "TVM no-search (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
         "PyTorch Inductor int8")
 
 
@@ -151,8 +151,12 @@ def model_table(result: Dict) -> str:
         + (f"; {checks}" if checks else "") + ". "
         + (f"Fastest peer: {fastest['configuration']}, TVM tuned "
            f"{fastest['tvm_tuned_ratio']:.2f}x its time. " if fastest else "")
-        + f"Never-slower rule: {len(used)} of {len(defaults)} tuned tasks compiled with TVM's "
-        f"default schedule. Measured {result['measured']} (commit {result['commit']}), "
+        + f"Never-slower rule: {len(used)} of {len(defaults)} tasks compiled with TVM's "
+        f"default schedule"
+        + (f", {sum(t.get('choice') == 'no-search' for t in defaults)} with their no-search "
+           "schedule (no tuned record, or one slower here)" if any("choice" in t for t in defaults)
+           else "")
+        + f". Measured {result['measured']} (commit {result['commit']}), "
         f"command `{result['command']}`.\n\n"
         + markdown_table(["configuration", "version", "median ms", "min - max ms", "/ PyTorch int8",
                           "/ fastest peer"], table)

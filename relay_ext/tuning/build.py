@@ -40,14 +40,19 @@ logger = logging.getLogger(__name__)
 # record -- always, for a MetaSchedule build. The line goes to quantfuse's log at DEBUG instead,
 # where TVM's other messages go (the CLI sends TVM's native log to the work dir's tvm.log).
 UNTUNED_WARNING = "One or more operators have not been tuned"
+# The same logger warns once per workload that TOPI's default schedule of an op (bench's untuned
+# row, the never-slower rule's default builds) uses AutoTVM's fallback configuration: what "TVM's
+# default schedule" means here, so not news to the user (7 lines in a ResNet-18 bench).
+FALLBACK_WARNING = "Cannot find config for target="
 
 
 class _RouteUntunedWarning(logging.Filter):
-    """Drops TVM's "not been tuned" warning from the ``autotvm`` logger, logging it at DEBUG."""
+    """Drops TVM's "not been tuned" and "fallback configuration" warnings from the ``autotvm``
+    logger, logging them at DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if UNTUNED_WARNING in message:
+        if UNTUNED_WARNING in message or message.startswith(FALLBACK_WARNING):
             logger.debug("TVM (autotvm): %s", message)
             return False
         return True
