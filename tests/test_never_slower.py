@@ -108,6 +108,8 @@ def timer(monkeypatch):
 
     counting = CountingTimer()
     monkeypatch.setattr(never_slower, "time_task", counting)
+    # no in-model profile: every task goes to the (counting) timing of one task alone
+    monkeypatch.setattr(never_slower, "measure_in_model", lambda *args, **kwargs: {})
     return counting
 
 
@@ -283,6 +285,7 @@ def test_the_faster_of_the_tuned_record_and_the_no_search_schedule_is_compiled(
     from relay_ext.tuning.builds import no_search_choice
 
     monkeypatch.setattr(never_slower, "time_task", ChoosingTimer(no_search_ms))
+    monkeypatch.setattr(never_slower, "measure_in_model", lambda *args, **kwargs: {})
     target, tasks, task, database = slow_conv_database
     if _trace_of(no_search_designs, task.dispatched[0]) is None:
         pytest.skip(f"{task.task_name} has no no-search design on {AVX2}")
@@ -302,3 +305,29 @@ def test_the_faster_of_the_tuned_record_and_the_no_search_schedule_is_compiled(
     else:
         assert held == _trace_of(no_search_designs, task.dispatched[0])
     assert len(alone.comparisons) == len([c for c in kept.comparisons])
+
+
+def test_every_task_is_timed_inside_the_model_once_and_then_read_from_the_cache(
+        slow_conv_database, no_search_designs, tiny, tmp_path, monkeypatch):
+    """The default measurement profiles three builds of the whole model (records, no-search,
+    default), one call for every task; no task is timed alone; a second call reads the cache."""
+    from relay_ext.tuning import never_slower
+
+    profiled, alone = [], []
+    real = never_slower.measure_in_model
+    monkeypatch.setattr(never_slower, "measure_in_model",
+                        lambda plans, *rest: profiled.append(len(plans)) or real(plans, *rest))
+    monkeypatch.setattr(never_slower, "time_task",
+                        lambda task, *rest, **kwargs: alone.append(task.task_name))
+    target, tasks, task, database = slow_conv_database
+    cache = tmp_path / "cache.json"
+    first = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                 cache_path=cache, no_search=no_search_designs)
+    assert profiled == [len(first.comparisons)] and alone == [], (profiled, alone)
+    slow = [c for c in first.comparisons if c.task == task.task_name][0]
+    assert slow.record_ms > 1.5 * min(slow.default_ms, slow.no_search_ms), slow
+    assert all(c.default_ms > 0 and c.record_ms > 0 for c in first.comparisons)
+    second = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                  cache_path=cache, no_search=no_search_designs)
+    assert profiled == [len(first.comparisons)] and alone == []
+    assert [c.to_dict() for c in second.comparisons] == [c.to_dict() for c in first.comparisons]

@@ -22,7 +22,7 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..frontend.models import LoadedModel
 from ..frontend.onnx_runtime import saturation_note
 from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
-from ..tuning.builds import build_default, compile_builds
+from ..tuning.builds import WholeModel, build_default, compile_builds
 from ..tuning.never_slower import TaskVsDefault
 # The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
@@ -66,6 +66,10 @@ class BenchResult:
     # here; each task compiled with the fastest (the default only when it beat both by more than
     # never_slower.MARGIN). None: the rule was not applied.
     tasks_vs_default: Optional[List[TaskVsDefault]] = None
+    # The whole-model check of the tuned build against the no-search build (relay_ext.tuning.builds:
+    # the per-task choices, or the no-search build where they ran slower as a whole); None when
+    # it was not made (no work dir, --keep-slower-records).
+    whole_model: Optional[WholeModel] = None
     # The peer runtimes (OpenVINO, PyTorch Inductor): version, output check or why not run. None:
     # not tried (bench --no-peers).
     peers: Optional[List[PeerRow]] = None
@@ -105,7 +109,9 @@ class BenchResult:
                 "tasks with a record compiled with TVM's default schedule instead (their best "
                 "record ran slower here)")
         lines = [line, *[f"  {c}" for c in slower]]
-        if self.main == TUNED:
+        if self.whole_model is not None and self.whole_model.uses_no_search:
+            lines.append(str(self.whole_model))
+        elif self.main == TUNED:
             filled = [c for c in self.tasks_vs_default
                       if c.record_source == "no-search" and not c.uses_default]
             beaten = [c for c in self.tasks_vs_default
@@ -113,6 +119,8 @@ class BenchResult:
             lines.append(f"no-search schedule in the tuned build: {len(filled)} task(s) without a "
                          f"tuned record, {len(beaten)} whose tuned record it outran here")
             lines += [f"  {c}" for c in beaten]
+            if self.whole_model is not None:
+                lines.append(str(self.whole_model))
         return lines
 
     def runtime_lines(self) -> List[str]:
@@ -180,6 +188,7 @@ class BenchResult:
             "busy_warning": self.busy_warning,
             "tasks_vs_default": (None if self.tasks_vs_default is None
                                  else [c.to_dict() for c in self.tasks_vs_default]),
+            "whole_model": None if self.whole_model is None else self.whole_model.to_dict(),
         }
 
     def _fastest_peer_dict(self) -> Optional[Dict[str, object]]:
@@ -347,7 +356,7 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
                              if main != NO_SEARCH else None),
         runtime_steps={label: step_error(output, expected, loaded.output_scale).max_steps
                        for label, output in runtime_outputs.items()},
-        tasks_vs_default=comparisons, peers=peer_rows,
+        tasks_vs_default=comparisons, peers=peer_rows, whole_model=built.whole_model,
         versions=versions(list(samples), peer_rows),
         machine=machine_description(), load_average=load,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -257,12 +257,64 @@ def _only(record: ms.database.TuningRecord) -> ms.Database:
     return database
 
 
+@dataclasses.dataclass
+class _Plan:
+    """What one task's comparison times (see :func:`never_slower_records`)."""
+
+    task: ms.ExtractedTask
+    record: ms.database.TuningRecord  # the tuned record, or the no-search one standing in
+    designed: Optional[ms.database.TuningRecord]  # the no-search record timed beside a tuned one
+    source: str  # "tuned" or "no-search": what ``record`` is
+    same: bool  # the tuned record is the no-search schedule (tune measured it)
+    key: Optional[str]
+
+
+def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
+                     no_search: Optional[ms.Database], mod: tvm.IRModule,
+                     params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
+                     variant: str) -> Dict[str, TaskVsDefault]:
+    """Task name -> its comparison, each schedule timed inside the whole model
+    (:mod:`relay_ext.tuning.in_model_timing`): the model built with ``database``'s records, with
+    the no-search records and with TVM's default schedules, profiled in turns. A task whose
+    kernel the profiles do not name is left out (the caller times it alone)."""
+    from .in_model_timing import profile_in_model  # pylint: disable=import-outside-toplevel
+
+    def build(records: ms.Database) -> tvm.runtime.Module:
+        from .build import copy_module  # pylint: disable=import-outside-toplevel
+
+        return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
+                                                  pass_config=pass_config(variant))
+
+    libs = {"default": build(ms.database.MemoryDatabase())}
+    if any(plan.source == "tuned" for plan in plans):
+        libs["tuned"] = build(database)
+    if no_search is not None and any(plan.source == "no-search" or plan.designed is not None
+                                     for plan in plans):
+        libs["no-search"] = build(no_search)
+    main = tvm.transform.Sequential([relay.transform.InferType()])(mod)["main"]
+    bound = set(params or {})
+    inputs = {name: value for name, value in random_inputs(main).items() if name not in bound}
+    times = profile_in_model(libs, inputs)
+    found: Dict[str, TaskVsDefault] = {}
+    for plan in plans:
+        name = str(plan.task.task_name)
+        mine = times[plan.source].get(name)
+        default = times["default"].get(name)
+        beside = times["no-search"].get(name) if plan.designed is not None else None
+        if mine is None or default is None or (plan.designed is not None and beside is None):
+            continue
+        found[name] = TaskVsDefault(name, mine, default, int(plan.task.weight), beside,
+                                    plan.source)
+    return found
+
+
 def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                          params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                          variant: str, tasks: Optional[Sequence[ms.ExtractedTask]] = None,
                          rounds: int = ROUNDS,
                          cache_path: Union[str, os.PathLike, None] = None,
-                         no_search: Optional[ms.Database] = None) -> NeverSlower:
+                         no_search: Optional[ms.Database] = None,
+                         in_model: bool = True) -> NeverSlower:
     """``database`` (one record per workload, as
     :func:`relay_ext.tuning.compilable_records.compilable_records` chooses) less the records
     that run slower than TOPI's default schedule of their task (``target`` and ``variant``
@@ -275,7 +327,12 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
     compilable): a task without a record in ``database`` gets its no-search record (timed
     against the default like any record), and a task with one has its no-search record timed
     beside it, the faster kept -- so that a tuned build is never slower, task by task, than the
-    no-search build (a few trials of a short tune can find less than the no-search design)."""
+    no-search build (a few trials of a short tune can find less than the no-search design).
+
+    ``in_model`` (the default): the schedules are timed inside the whole model
+    (:func:`measure_in_model`: three builds of the model, profiled in turns), where a task's
+    weights come cold, not each task alone, warm (:func:`time_task`, ``rounds`` rounds: with
+    ``in_model=False``, and for a task the profiles miss or where the model builds fail)."""
     from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
 
     if tasks is None:
@@ -284,31 +341,48 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
     comparisons: List[TaskVsDefault] = []
     dropped, replaced = set(), {}
     task_names = {workload_hash(task.dispatched[0]): str(task.task_name) for task in tasks}
+    plans: List[_Plan] = []
     for task in tasks:
         workload = task.dispatched[0]
-        same = False
         record = best_record(database, workload)
         designed = best_record(no_search, workload) if no_search is not None else None
         if record is None and designed is None:
             continue
+        same = False
         if record is None:  # the no-search record stands in for the missing tuned one
-            timed_db, source, beside = _only(designed), "no-search", None
-            record, designed = designed, None
+            source, record, designed = "no-search", designed, None
         else:
-            timed_db, source = database, "tuned"
+            source = "tuned"
             same = designed is not None and str(designed.trace) == str(record.trace)
             if same:
                 designed = None  # tune measured the no-search design: it is the record
-            beside = _only(designed) if designed is not None else None
         key = (TimingCache.key(workload, record, target, designed)
                if cache is not None else None)
-        cached = cache.get(key) if cache is not None else None
+        plans.append(_Plan(task, record, designed, source, same, key))
+    measured: Dict[str, TaskVsDefault] = {}
+    pending = [plan for plan in plans if cache is None or cache.get(plan.key) is None]
+    if pending and in_model:
+        try:
+            measured = measure_in_model(pending, database, no_search, mod, params, target,
+                                        variant)
+        except Exception as error:  # pylint: disable=broad-except - each task alone instead
+            logger.warning("could not time the tasks inside the model (%s); timing each alone",
+                           tvm_error_message(error, limit=200)
+                           if isinstance(error, tvm.TVMError) else error)
+    for plan in plans:
+        task, record, designed, source = plan.task, plan.record, plan.designed, plan.source
+        workload = task.dispatched[0]
+        cached = cache.get(plan.key) if cache is not None else None
         if cached is not None:
             comparison = TaskVsDefault.from_dict(cached, int(task.weight))
+        elif str(task.task_name) in measured:
+            comparison = measured[str(task.task_name)]
         else:
             try:
-                comparison = time_task(task, timed_db, target, variant, rounds,
-                                       no_search=beside, record_source=source)
+                comparison = time_task(task, database if source == "tuned" else _only(record),
+                                       target, variant, rounds,
+                                       no_search=_only(designed) if designed is not None else None,
+                                       record_source=source)
             except Exception as error:  # pylint: disable=broad-except - the record is kept
                 logger.warning("could not time %s against TVM's default schedule (%s); keeping "
                                "its record", task.task_name,
@@ -316,9 +390,9 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                 if source == "no-search":
                     replaced[workload_hash(workload)] = record
                 continue
-            if cache is not None:
-                cache.put(key, comparison.to_dict())
-        if source == "tuned" and same:
+        if cached is None and cache is not None:
+            cache.put(plan.key, comparison.to_dict())
+        if source == "tuned" and plan.same:
             comparison.no_search_ms = comparison.record_ms  # one schedule, timed once
         comparisons.append(comparison)
         logger.info("%s", comparison)
