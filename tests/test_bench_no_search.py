@@ -61,7 +61,14 @@ def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, mo
     assert cli.main(command) == 0
     first = json.loads(capsys.readouterr().out)
     assert calls and (work_dir / NEVER_SLOWER_FILE).exists()
-    assert len(calls) == len(first["tasks_vs_default"])
+    # every task with a tuned record or a no-search schedule was timed (the tuned choices, or
+    # the no-search build's where the whole-model check replaced the tuned build)
+    assert len(calls) >= len(first["tasks_vs_default"]) > 0
+    whole = first["whole_model"]
+    assert whole["tuned_ms"] > 0 and whole["no_search_ms"] > 0
+    assert whole["uses_no_search"] == (whole["ratio"] > 1.0)
+    if whole["uses_no_search"]:
+        assert all(t["record_source"] == "no-search" for t in first["tasks_vs_default"])
     # with a work dir: the tuned row, the no-search row beside it, then TVM's default
     names = [row["configuration"] for row in first["rows"]]
     assert names[:4] == ["TVM tuned (ours)", "TVM no-search (ours)", "TVM untuned",

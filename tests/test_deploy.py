@@ -116,13 +116,13 @@ def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
     choice may differ between the two builds on a busy machine: int8 schedules of one task give
     the same integers, and both builds are also checked against PyTorch)."""
     work_dir, _ = tiny_tuned
-    real_rule, threads_timed = deploy_build.compile_never_slower, []
+    real_rule, threads_timed = deploy_build.compile_builds, []
 
     def spied_rule(*args, **kwargs):
         threads_timed.append(os.environ.get("TVM_NUM_THREADS"))
         return real_rule(*args, **kwargs)
 
-    monkeypatch.setattr(deploy_build, "compile_never_slower", spied_rule)
+    monkeypatch.setattr(deploy_build, "compile_builds", spied_rule)
     library = tmp_path / "out" / "tiny.so"
     library.parent.mkdir()
     assert cli.main(["export", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
@@ -138,8 +138,8 @@ def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
     assert manifest["records"]["digest"] == deploy_export.records_digest(database)
     assert manifest["threads"] == os.cpu_count()
 
-    bench_lib, _ = with_tvm_threads(os.cpu_count(), lambda: real_rule(
-        database, tiny32.mod, tiny32.params, targets.normalize_target(AVX2), "ours"))
+    bench_lib = with_tvm_threads(os.cpu_count(), lambda: real_rule(
+        database, tiny32.mod, tiny32.params, targets.normalize_target(AVX2), "ours")).tuned
     api_lib = relay_ext.compile(database, tiny32.mod, tiny32.params, AVX2)  # the rule, too
     assert threads_timed == [str(os.cpu_count())] * 2
     for data in inputs_of(tiny32):

@@ -42,6 +42,7 @@ def kernel_name(name: str) -> str:
 
 
 def _debug_module(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], dump_root: str):
+    from tvm.contrib import graph_executor  # pylint: disable=import-outside-toplevel
     from tvm.contrib.debugger import debug_executor  # pylint: disable=import-outside-toplevel
 
     module = debug_executor.create(lib.get_graph_json(), lib.get_lib(), tvm.cpu(),
@@ -49,7 +50,9 @@ def _debug_module(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], dum
     module.set_input(**lib.get_params())
     for name, value in inputs.items():
         module.set_input(name, value)
-    module.run()  # warm-up: page in the code and the weights once
+    # warm-up, page in the code and the weights once: the plain graph executor's run (the debug
+    # executor's own run() prints a table of every node to stdout)
+    graph_executor.GraphModule.run(module)
     return module
 
 

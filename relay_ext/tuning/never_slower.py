@@ -302,6 +302,7 @@ def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
         default = times["default"].get(name)
         beside = times["no-search"].get(name) if plan.designed is not None else None
         if mine is None or default is None or (plan.designed is not None and beside is None):
+            logger.info("%s: not among the model's profiled kernels; timed alone", name)
             continue
         found[name] = TaskVsDefault(name, mine, default, int(plan.task.weight), beside,
                                     plan.source)
