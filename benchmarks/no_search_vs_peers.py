@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python -m benchmarks.no_search_vs_peers --model resnet18 --image-size 224 --threads 2
 
-The no-search build is ``relay_ext.tuning.no_search.compile_no_search`` (never-slower rule, its
+The no-search build is ``relay_ext.tuning.builds.compile_no_search`` (never-slower rule, its
 timings cached in ``--cache``); the three are timed in interleaved rounds
 (``relay_ext.tuning.timing.interleaved_rounds``) with the load average before and after. Prints
 the medians and minima; figures taken on a loaded machine are indicative only.
@@ -21,7 +21,7 @@ from relay_ext import models
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.report.accuracy import quantization_step_error
 from relay_ext.tuning.build import build_with_records
-from relay_ext.tuning.no_search import compile_no_search
+from relay_ext.tuning.builds import compile_no_search
 from relay_ext.tuning.timing import TVMThread, interleaved_rounds, load_average, torch_timer
 
 

@@ -214,14 +214,14 @@ def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
     that fails, the build goes on from the model as given (Relay folds them), with a warning."""
     import logging
 
-    from relay_ext.tuning import builds, no_search
+    from relay_ext.tuning import builds
 
     def broken(*args, **kwargs):
         raise ValueError("prefold broke")
     monkeypatch.setattr(builds, "prefold", broken)  # compile_no_search builds through builds.py
     target = targets.normalize_target(AVX2)
     with caplog.at_level(logging.WARNING, logger="relay_ext.tuning.builds"):
-        lib, found, kept = no_search.compile_no_search(tiny.mod, tiny.params, target, "ours",
+        lib, found, kept = builds.compile_no_search(tiny.mod, tiny.params, target, "ours",
                                                        never_slower=False)
     assert kept is None and any(d.has_record for d in found.designs)
     assert "constants not prefolded (prefold broke)" in caplog.text

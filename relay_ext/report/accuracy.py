@@ -157,3 +157,16 @@ def with_torch_rounding(mod: tvm.IRModule) -> tvm.IRModule:
     rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
     rewritten["main"] = main
     return relay.transform.InferType()(rewritten)
+
+
+def build_default(mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None,
+                  target: tvm.target.Target) -> tvm.runtime.Module:
+    """TVM's untuned build (TOPI's default schedules, opt level 3, quantfuse's build options),
+    its constants folded by numpy first under the same options (ResNet-50: Relay's folding
+    compiled ~1000 constant expressions with LLVM)."""
+    from ..lowering.config import BUILD_OPTIONS  # pylint: disable=import-outside-toplevel
+    from ..tuning.builds import prefolded  # pylint: disable=import-outside-toplevel
+
+    mod, params = prefolded(mod, params, target, BUILD_OPTIONS)
+    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
+        return build_untuned(mod, params, target)

@@ -22,13 +22,13 @@ from meta_rules.rule_sets import TargetLike, check_variant
 from ..frontend.models import LoadedModel
 from ..frontend.onnx_runtime import saturation_note
 from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
-from ..tuning.builds import WholeModel, build_default, compile_builds
+from ..tuning.builds import WholeModel, compile_builds
 from ..tuning.never_slower import TaskVsDefault
 # The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
 from ..tuning.timing import (Timing, TVMThread, interleaved_rounds, load_average, torch_timer,
                              with_tvm_threads)
-from .accuracy import step_error
+from .accuracy import build_default, step_error
 from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
 
@@ -289,7 +289,7 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
     configuration once as the mean of ``number`` runs.
 
     ``database`` None (bench without a work dir): the main row is the no-search build
-    (:func:`relay_ext.tuning.no_search.compile_no_search`, label :data:`NO_SEARCH`) instead of
+    (:func:`relay_ext.tuning.builds.compile_no_search`, label :data:`NO_SEARCH`) instead of
     the tuned one. With a database, the no-search build is timed too, beside the tuned one, which
     takes for each task the faster of its tuned record and its no-search schedule
     (:func:`relay_ext.tuning.builds.compile_builds`).

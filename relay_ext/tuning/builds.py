@@ -52,7 +52,7 @@ from tvm.target import Target
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering.config import BUILD_OPTIONS, pass_config
+from ..lowering.config import pass_config
 from ..lowering.prefold import prefold
 from .build import copy_module
 from .compilable_records import compilable_records
@@ -122,18 +122,6 @@ def prefolded(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
                        tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
                        else error)
         return mod, params
-
-
-def build_default(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-                  target: Target) -> tvm.runtime.Module:
-    """TVM's untuned build (TOPI's default schedules, opt level 3, quantfuse's build options),
-    its constants folded by numpy first under the same options (ResNet-50: Relay's folding
-    compiled ~1000 constant expressions with LLVM)."""
-    from ..report.accuracy import build_untuned  # pylint: disable=import-outside-toplevel
-
-    mod, params = prefolded(mod, params, target, BUILD_OPTIONS)
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        return build_untuned(mod, params, target)
 
 
 def _merged(records: ms.Database, fill: ms.Database) -> ms.Database:
@@ -269,3 +257,15 @@ def whole_model(tuned: tvm.runtime.Module, no_search: tvm.runtime.Module, tuned_
         cache.put(key, whole.to_dict())
         cache.save()
     return whole
+
+
+def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                      target: Target, variant: str, never_slower: bool = True,
+                      cache_path: Union[str, os.PathLike, None] = None):
+    """The no-search build of ``mod`` (``target``, ``variant`` already checked): with
+    ``never_slower`` (timing allowed: ``target`` runs here) each record is timed against TVM's
+    default schedule of its task, the faster kept (:func:`compile_never_slower`; ``cache_path``
+    keeps its timings). Returns (the graph executor factory, the :class:`NoSearch`, the
+    never-slower result or None)."""
+    built = compile_builds(None, mod, params, target, variant, never_slower, cache_path)
+    return built.no_search, built.found, built.no_search_kept

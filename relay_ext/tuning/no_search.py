@@ -2,7 +2,7 @@
 
     found = no_search_records(mod, params, target, variant)   # NoSearch: database + designs
     lib = build_with_records(found.database, mod, params, target, variant)
-    lib, kept = compile_no_search(mod, params, target, variant)  # the same, never slower
+    lib, found, kept = builds.compile_no_search(mod, params, target, variant)  # never slower
 
 For each extracted task, MetaSchedule's design spaces are generated with ``variant``'s rules (as
 ``tune`` generates them: :func:`meta_rules.rule_set`), one design is picked, and every sampling
@@ -47,7 +47,7 @@ and a task none of whose designs survives, or that holds no tiled block, tensori
 layout rule, has no record: Relay builds it with TVM's default schedule.
 
 Records carry :data:`UNMEASURED_RUN_SECS` (valid, slower than any real measurement) until
-something times them; :func:`compile_no_search` then applies the never-slower rule
+something times them; :func:`relay_ext.tuning.builds.compile_no_search` then applies the never-slower rule
 (:mod:`relay_ext.tuning.never_slower`): each record timed here against TVM's default schedule of
 its task, the faster kept.
 """
@@ -56,8 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
@@ -333,17 +332,3 @@ def commit_design(database: ms.Database, design: TaskDesign, target: Target,
 def _main(mod: tvm.IRModule) -> tir.PrimFunc:
     (func,) = [f for _, f in mod.functions.items() if isinstance(f, tir.PrimFunc)]
     return func
-
-
-def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-                      target: Target, variant: str, never_slower: bool = True,
-                      cache_path: Union[str, os.PathLike, None] = None):
-    """The no-search build of ``mod`` (``target``, ``variant`` already checked): with
-    ``never_slower`` (timing allowed: ``target`` runs here) each record is timed against TVM's
-    default schedule of its task, the faster kept (:func:`compile_never_slower`; ``cache_path``
-    keeps its timings). Returns (the graph executor factory, the :class:`NoSearch`, the
-    never-slower result or None)."""
-    from .builds import compile_builds  # pylint: disable=import-outside-toplevel
-
-    built = compile_builds(None, mod, params, target, variant, never_slower, cache_path)
-    return built.no_search, built.found, built.no_search_kept
