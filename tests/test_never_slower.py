@@ -165,28 +165,35 @@ def test_the_cache_key_holds_tvms_thread_count(slow_conv_database):
     assert one == with_tvm_threads(1, lambda: TimingCache.key(workload, record, target))
 
 
+def _with_and_without_quantfuse(tmp_path, body: str, done: str):
+    """``body`` run in two fresh processes (TVM warns once per process), one importing
+    ``relay_ext.tuning.build`` first: {"tvm": ..., "quantfuse": ...} CompletedProcess, both
+    checked to have printed ``done``."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text("import sys, tvm\n"
+                      "if sys.argv[1] == 'quantfuse':\n"
+                      "    import relay_ext.tuning.build\n" + body + f"print({done!r})\n")
+    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True,
+                                text=True, timeout=300) for how in ("tvm", "quantfuse")}
+    assert all(r.returncode == 0 and done in r.stdout for r in runs.values()), runs
+    return runs
+
+
 def test_tvms_not_tuned_warning_does_not_reach_stderr(tmp_path):
     """Relay's TE compiler warns once per process on the autotvm logger; importing quantfuse's
     build routes it to quantfuse's DEBUG log (a fresh process: TVM warns only once per process;
     the same build without quantfuse's import prints it, so the check can fail)."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "build.py"
-    script.write_text(
-        "import sys, numpy as np, tvm\n"
+    runs = _with_and_without_quantfuse(tmp_path, (
+        "import numpy as np\n"
         "from tvm import relay\n"
-        "if sys.argv[1] == 'quantfuse':\n"
-        "    import relay_ext.tuning.build\n"
         "x = relay.var('x', shape=(1, 16), dtype='float32')\n"
         "w = relay.const(np.ones((8, 16), 'float32'))\n"
         "mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w)))\n"
         "with tvm.transform.PassContext(opt_level=3):\n"
-        "    relay.build(mod, 'llvm')\n"
-        "print('built')\n")
-    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True,
-                                text=True, timeout=300) for how in ("tvm", "quantfuse")}
-    assert all(r.returncode == 0 and "built" in r.stdout for r in runs.values()), runs
+        "    relay.build(mod, 'llvm')\n"), "built")
     assert "One or more operators have not been tuned" in runs["tvm"].stderr
     assert "not been tuned" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout
 
@@ -195,20 +202,10 @@ def test_tvms_fallback_configuration_warning_does_not_reach_stderr(tmp_path):
     """AutoTVM's "Cannot find config ... A fallback configuration is used" (once per workload, on
     the autotvm logger, from TOPI's default schedules outside relay.build's silencing: a ResNet-18
     bench printed 7) goes to quantfuse's DEBUG log too; without quantfuse's import it prints."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "query.py"
-    script.write_text(
-        "import sys, tvm\n"
+    runs = _with_and_without_quantfuse(tmp_path, (
         "from tvm import autotvm\n"
-        "if sys.argv[1] == 'quantfuse':\n"
-        "    import relay_ext.tuning.build\n"
-        "autotvm.task.FallbackContext().query(tvm.target.Target('llvm'), ('conv2d', 'a test'))\n"
-        "print('queried')\n")
-    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True,
-                                text=True, timeout=300) for how in ("tvm", "quantfuse")}
-    assert all(r.returncode == 0 and "queried" in r.stdout for r in runs.values()), runs
+        "autotvm.task.FallbackContext().query(tvm.target.Target('llvm'), ('conv2d', 'a test'))\n"),
+        "queried")
     assert "Cannot find config for target=" in runs["tvm"].stderr
     assert "Cannot find config" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout
 

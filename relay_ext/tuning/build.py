@@ -119,11 +119,19 @@ def compile_model(
                               check_variant(variant))
 
 
+def compile_with(records: ms.Database, mod: tvm.IRModule,
+                 params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
+                 variant: str) -> tvm.runtime.Module:
+    """MetaSchedule's Relay build of a copy of ``mod`` with ``records`` as they are (no choice
+    among them) under ``variant``'s pass configuration."""
+    return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
+                                              pass_config=pass_config(variant))
+
+
 def build_with_records(database: ms.Database, mod: tvm.IRModule,
                        params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                        variant: str) -> tvm.runtime.Module:
     """:func:`compile_model` for a target and variant already checked."""
     register_tensor_intrinsics(target)  # applying a tensorized record needs its intrinsic
     chosen = compilable_records(database)  # a faster record Relay cannot build is passed over
-    return ms.relay_integration.compile_relay(
-        chosen.database, copy_module(mod), target, params, pass_config=pass_config(variant))
+    return compile_with(chosen.database, mod, params, target, variant)

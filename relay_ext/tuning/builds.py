@@ -46,7 +46,6 @@ from typing import Dict, List, Mapping, Optional, Union
 
 import tvm
 from tvm import meta_schedule as ms
-from tvm import relay
 from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
@@ -54,7 +53,7 @@ from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
 from ..lowering.config import pass_config
 from ..lowering.prefold import prefold
-from .build import copy_module
+from .build import compile_with
 from .compilable_records import compilable_records
 from .never_slower import NeverSlower, TaskVsDefault, commit_copy, never_slower_records
 from .no_search import NoSearch, no_search_records
@@ -181,8 +180,7 @@ def compile_builds(database: Optional[ms.Database], mod: tvm.IRModule,
     designs = compilable_records(found.database).database
 
     def build(records: ms.Database) -> tvm.runtime.Module:
-        return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
-                                                  pass_config=pass_config(variant))
+        return compile_with(records, mod, params, target, variant)
 
     if not never_slower:
         tuned = (None if database is None
@@ -233,7 +231,7 @@ def whole_model(tuned: tvm.runtime.Module, no_search: tvm.runtime.Module, tuned_
     Why, after choosing task by task: the per-task times do not add up to the model's. After a
     3-minute tune of int8 ResNet-18 (AMD EPYC 2-core VM, 2026-12-02) the per-task choices, timed
     inside the model, still ran 1.03x the no-search build's time in 45 paired rounds."""
-    from .never_slower import random_inputs  # pylint: disable=import-outside-toplevel
+    from .never_slower import model_inputs  # pylint: disable=import-outside-toplevel
     from .never_slower_cache import TimingCache  # pylint: disable=import-outside-toplevel
     from .timing import interleaved_rounds, tvm_timer  # pylint: disable=import-outside-toplevel
 
@@ -243,9 +241,7 @@ def whole_model(tuned: tvm.runtime.Module, no_search: tvm.runtime.Module, tuned_
     if cached is not None:
         return WholeModel(float(cached["tuned_ms"]), float(cached["no_search_ms"]),
                           float(cached["ratio"]))
-    main = tvm.transform.Sequential([relay.transform.InferType()])(mod)["main"]
-    bound = set(params or {})
-    inputs = {name: value for name, value in random_inputs(main).items() if name not in bound}
+    inputs = model_inputs(mod, params)
     timers = {label: tvm_timer(lib, inputs, 5)[1]
               for label, lib in (("tuned", tuned), ("no-search", no_search))}
     samples = interleaved_rounds(timers, rounds, settle_s=None)

@@ -197,6 +197,15 @@ def random_inputs(func: relay.Function, seed: int = 0) -> Dict[str, np.ndarray]:
     return inputs
 
 
+def model_inputs(mod: tvm.IRModule,
+                 params: Optional[Mapping[str, tvm.nd.NDArray]]) -> Dict[str, np.ndarray]:
+    """Random values (:func:`random_inputs`) for the parameters of ``mod``'s ``main`` that
+    ``params`` does not bind: the inputs to time the whole model on."""
+    main = tvm.transform.Sequential([relay.transform.InferType()])(mod)["main"]
+    bound = set(params or {})
+    return {name: value for name, value in random_inputs(main).items() if name not in bound}
+
+
 def time_task(task: ms.ExtractedTask, database: ms.Database, target: Target, variant: str,
               rounds: int = ROUNDS,
               on_built: Optional[Callable[[tvm.runtime.Module, tvm.runtime.Module], None]] = None,
@@ -280,10 +289,9 @@ def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
     from .in_model_timing import profile_in_model  # pylint: disable=import-outside-toplevel
 
     def build(records: ms.Database) -> tvm.runtime.Module:
-        from .build import copy_module  # pylint: disable=import-outside-toplevel
+        from .build import compile_with  # pylint: disable=import-outside-toplevel
 
-        return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
-                                                  pass_config=pass_config(variant))
+        return compile_with(records, mod, params, target, variant)
 
     libs = {"default": build(ms.database.MemoryDatabase())}
     if any(plan.source == "tuned" for plan in plans):
@@ -291,10 +299,7 @@ def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
     if no_search is not None and any(plan.source == "no-search" or plan.designed is not None
                                      for plan in plans):
         libs["no-search"] = build(no_search)
-    main = tvm.transform.Sequential([relay.transform.InferType()])(mod)["main"]
-    bound = set(params or {})
-    inputs = {name: value for name, value in random_inputs(main).items() if name not in bound}
-    times = profile_in_model(libs, inputs)
+    times = profile_in_model(libs, model_inputs(mod, params))
     found: Dict[str, TaskVsDefault] = {}
     for plan in plans:
         name = str(plan.task.task_name)
@@ -431,13 +436,11 @@ def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
     (the graph executor factory, the :class:`NeverSlower`)."""
     from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
 
-    from .build import copy_module  # pylint: disable=import-outside-toplevel
+    from .build import compile_with  # pylint: disable=import-outside-toplevel
     from .compilable_records import compilable_records  # pylint: disable=C0415
 
     register_tensor_intrinsics(target)
     chosen = compilable_records(database)
     kept = never_slower_records(chosen.database, mod, params, target, variant, tasks, rounds,
                                 cache_path)
-    lib = ms.relay_integration.compile_relay(kept.database, copy_module(mod), target, params,
-                                             pass_config=pass_config(variant))
-    return lib, kept
+    return compile_with(kept.database, mod, params, target, variant), kept
