@@ -156,6 +156,7 @@ def model_table(result: Dict) -> str:
         + (f", {sum(t.get('choice') == 'no-search' for t in defaults)} with their no-search "
            "schedule (no tuned record, or one slower here)" if any("choice" in t for t in defaults)
            else "")
+        + whole_model_sentence(result.get("whole_model"))
         + f". Measured {result['measured']} (commit {result['commit']}), "
         f"command `{result['command']}`.\n\n"
         + markdown_table(["configuration", "version", "median ms", "min - max ms", "/ PyTorch int8",
@@ -165,9 +166,25 @@ def model_table(result: Dict) -> str:
     )
 
 
-def render(stored: Dict[str, Dict]) -> None:
-    for klass in sorted({r["host_class"] for r in stored.values()}):
+def whole_model_sentence(whole: Optional[Dict]) -> str:
+    """The whole-model check of the tuned build against the no-search build (issue 29), as said
+    after the never-slower rule's counts; empty for results from before it."""
+    if not whole:
+        return ""
+    said = (f". Whole-model check: the tuned build ran {whole['tuned_ms']:.3f} ms against the "
+            f"no-search build's {whole['no_search_ms']:.3f} ({whole['ratio']:.3f}x)")
+    return said + (", so the tuned row is the no-search build" if whole["uses_no_search"]
+                   else ", so the tuned build was kept")
+
+
+def render(stored: Dict[str, Dict], classes: Optional[List[str]] = None) -> None:
+    """Write the sections of ``classes`` (default: every host class stored). A section's header
+    names the machine, date and command of the run that writes it, so a run rewrites only the
+    section of the host class it measured: another class's section keeps its own header."""
+    for klass in sorted(classes or {r["host_class"] for r in stored.values()}):
         mine = {k: r for k, r in stored.items() if r["host_class"] == klass}
+        if not mine:
+            continue
         smoke = all(r["model"] == "tiny_resnet" for r in mine.values())
         write_results_section(
             f"cpu_vs_peers_{klass}", f"TVM tuned vs PyTorch, ONNX Runtime, OpenVINO and "
@@ -200,8 +217,9 @@ def main() -> int:
         result = bench_model(name, args)
         print(model_table(result), flush=True)
         save_result(RESULTS, f"{result['host_class']}/{name}/{args.image_size}", result)
-    render(load_results(RESULTS))
-    print("wrote docs/BENCHMARKS.md sections cpu_vs_peers_*")
+    klass = host_class()  # the one section this host's results go to
+    render(load_results(RESULTS), [klass])
+    print(f"wrote docs/BENCHMARKS.md section cpu_vs_peers_{klass}")
     return 0
 
 
