@@ -18,8 +18,7 @@ from relay_ext.deploy import build as deploy_build
 from relay_ext.deploy import export as deploy_export
 from relay_ext.deploy.runtime import DeployError, load
 from relay_ext.lowering import targets
-from relay_ext.lowering.config import BUILD_OPTIONS
-from relay_ext.report.accuracy import build_untuned, quantization_step_error
+from relay_ext.report.accuracy import build_default, quantization_step_error
 from relay_ext.tuning.timing import with_tvm_threads
 from relay_ext.tuning import run_module
 from relay_ext.tuning.work_dir import open_tuned_database
@@ -97,8 +96,7 @@ def test_untuned_export_is_benchs_untuned_build_run_by_tvms_runtime_alone(untune
         output["zero_point"], int)
     assert manifest["build"] == "untuned" and manifest["records"]["count"] == 0
     assert manifest["tvm"] == tvm.__version__ and "-mcpu=core-avx2" in manifest["target"]
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):  # as bench builds it
-        bench_lib = build_untuned(tiny32.mod, tiny32.params, AVX2)
+    bench_lib = build_default(tiny32.mod, tiny32.params, targets.normalize_target(AVX2))  # bench's
     model = load(library)  # relay_ext.load, in this process
     for data in inputs_of(tiny32):
         deployed = run_runtime_only(library, data, tmp_path)

@@ -222,7 +222,7 @@ def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
     target = targets.normalize_target(AVX2)
     with caplog.at_level(logging.WARNING, logger="relay_ext.tuning.builds"):
         lib, found, kept = builds.compile_no_search(tiny.mod, tiny.params, target, "ours",
-                                                       never_slower=False)
+                                                    never_slower=False)
     assert kept is None and any(d.has_record for d in found.designs)
     assert "constants not prefolded (prefold broke)" in caplog.text
     default = build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params, target, "ours")

@@ -25,9 +25,8 @@ from tvm import meta_schedule as ms
 
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.config import BUILD_OPTIONS
 from ..lowering.targets import check_runs_here, normalize_target
-from ..report.accuracy import build_untuned
+from ..report.accuracy import build_default
 from ..tuning.builds import compile_builds
 from ..tuning.timing import with_tvm_threads
 from ..tuning.never_slower import TaskVsDefault
@@ -105,7 +104,7 @@ def compile_model(database: ms.Database, mod: tvm.IRModule,
 
 def untuned_build(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
                   target: TargetLike) -> tvm.runtime.Module:
-    """Bench's "TVM untuned" build: ``relay.build`` at opt level 3 with quantfuse's build
-    options and TOPI's default schedules (no database)."""
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        return build_untuned(mod, params, normalize_target(target))
+    """Bench's "TVM untuned" build (:func:`relay_ext.report.accuracy.build_default`: constants
+    prefolded, ``relay.build`` at opt level 3 with quantfuse's build options, TOPI's default
+    schedules, no database)."""
+    return build_default(mod, params, normalize_target(target))

@@ -260,7 +260,7 @@ def compile_no_search(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
                       cache_path: Union[str, os.PathLike, None] = None):
     """The no-search build of ``mod`` (``target``, ``variant`` already checked): with
     ``never_slower`` (timing allowed: ``target`` runs here) each record is timed against TVM's
-    default schedule of its task, the faster kept (:func:`compile_never_slower`; ``cache_path``
+    default schedule of its task, the faster kept (:func:`compile_builds`; ``cache_path``
     keeps its timings). Returns (the graph executor factory, the :class:`NoSearch`, the
     never-slower result or None)."""
     built = compile_builds(None, mod, params, target, variant, never_slower, cache_path)
