@@ -14,8 +14,9 @@ never-slower rule (docs/cpu.md). The table's last column is each row against the
 
 A rerun with the same --work-root resumes each model's tune. Each result is kept in
 ``benchmarks/results/cpu_vs_peers.json`` under its host class (from the CPU flags the OS enables:
-AMX, AVX-512 VNNI, AVX-512, AVX2) and model; docs/BENCHMARKS.md gets one section per host class,
-``cpu_vs_peers_<class>``.
+AMX, AVX-512 VNNI, AVX-512, AVX2), model and CPU (a rerun on one CPU replaces its result, another
+CPU's is kept beside it); docs/BENCHMARKS.md gets one section per host class,
+``cpu_vs_peers_<class>``, whose tables each name their machine.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 
-from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
-                                         utc_now, write_results_section)
+from benchmarks.markdown_report import (current_commit, load_results, markdown_table, utc_now,
+                                         write_results_section)
 from relay_ext import cli
 from relay_ext.lowering.targets import host_cpu_flags
 from relay_ext.report.tables import machine_description
@@ -110,6 +111,35 @@ def bench_model(name: str, args) -> Dict:
     return result
 
 
+def cpu_of(result: Dict) -> str:
+    """The CPU part of a result's machine description ("AMD EPYC (family 25 model 17)")."""
+    return result.get("machine", "").split(",")[0].strip()
+
+
+def same_cpu(a: str, b: str) -> bool:
+    """Whether two CPU descriptions name one CPU; results stored before the family and model
+    number were part of the description match on the name alone."""
+    if a == b:
+        return True
+    legacy = " (family " not in a or " (family " not in b
+    return legacy and a.split(" (family ")[0] == b.split(" (family ")[0]
+
+
+def keep_result(path: Path, result: Dict, image_size: int) -> str:
+    """Store ``result`` under ``<host class>/<model>/<image size>/<CPU>``: a rerun on the same CPU
+    replaces its earlier result, a run on another CPU of the class (an Intel and an AMD host both
+    enable AVX-512 VNNI) is kept beside it. The key."""
+    prefix = f"{result['host_class']}/{result['model']}/{image_size}"
+    stored = {key: row for key, row in load_results(path).items()
+              if not (key.split("/", 3)[:3] == prefix.split("/")
+                      and same_cpu(cpu_of(row), cpu_of(result)))}
+    key = f"{prefix}/{cpu_of(result)}"
+    stored[key] = result
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stored, indent=2) + "\n")
+    return key
+
+
 def model_table(result: Dict) -> str:
     rows = {row["configuration"]: row for row in result["rows"]}
     torch_ms = rows.get("PyTorch int8", {}).get("median_ms")
@@ -139,7 +169,8 @@ def model_table(result: Dict) -> str:
     tuning = result["tuning"]
     shape = "x".join(map(str, result["input_shape"]))
     return (
-        f"### int8 {result['model']} {shape}\n\n"
+        f"### int8 {result['model']} {shape}: {cpu_of(result) or 'machine not recorded'}\n\n"
+        f"Machine: {result.get('machine') or 'not recorded'}. "
         f"Target `{result['target']}`; host flags {', '.join(result['host_flags'])}. Tuned "
         f"{tuning['tuning_s'] / 60:.1f} min (asked {result['tuning_minutes_asked']}) to "
         f"{tuning['records']} records"
@@ -192,7 +223,9 @@ def render(stored: Dict[str, Dict], classes: Optional[List[str]] = None) -> None
             "Written by `benchmarks/cpu_vs_peers.py` (issues 18 and 28): `quantfuse tune --target "
             "host` for a wall time, then `quantfuse bench --json`, per model. The goal is TVM "
             "tuned at or below 1.0x the fastest peer. Results measured before issue 28 have no "
-            "OpenVINO or Inductor row."
+            "OpenVINO or Inductor row. Each model's table names the machine it was measured on "
+            "(a class holds Intel and AMD hosts); the header above names the run that last wrote "
+            "this section. Compare rows within one table only: they come from one run."
             + (" Only a smoke run of the script so far (tiny_resnet, a minute of tuning): it "
                "shows that the script works, not how fast anything is." if smoke else ""),
             mine, model_table)
@@ -216,7 +249,7 @@ def main() -> int:
     for name in [m for m in args.models.split(",") if m]:  # --models '': only render
         result = bench_model(name, args)
         print(model_table(result), flush=True)
-        save_result(RESULTS, f"{result['host_class']}/{name}/{args.image_size}", result)
+        keep_result(RESULTS, result, args.image_size)
     klass = host_class()  # the one section this host's results go to
     render(load_results(RESULTS), [klass])
     print(f"wrote docs/BENCHMARKS.md section cpu_vs_peers_{klass}")

@@ -46,3 +46,25 @@ def test_the_whole_model_check_is_said_and_which_build_the_tuned_row_is():
     assert "4.770 ms" in kept and "0.988x" in kept and "tuned build was kept" in kept
     assert "1.075x" in replaced and "the tuned row is the no-search build" in replaced
     assert cpu_vs_peers.whole_model_sentence(None) == ""
+
+
+def test_a_rerun_replaces_its_cpus_result_and_another_cpu_of_the_class_is_kept_beside_it(tmp_path):
+    path = tmp_path / "cpu_vs_peers.json"
+    amd_old = {**_result("avx512_vnni", "resnet18"), "machine": "AMD EPYC, 2 logical CPUs", "ms": 1}
+    cpu_vs_peers.keep_result(path, amd_old, 224)
+    intel = {**_result("avx512_vnni", "resnet18"),
+             "machine": "Intel(R) Xeon(R) Processor (family 6 model 207), 2 logical CPUs", "ms": 2}
+    intel_key = cpu_vs_peers.keep_result(path, intel, 224)
+    other_size = {**amd_old, "ms": 3}
+    cpu_vs_peers.keep_result(path, other_size, 128)
+    amd_new = {**_result("avx512_vnni", "resnet18"),
+               "machine": "AMD EPYC (family 25 model 17), 2 logical CPUs", "ms": 4}
+    amd_key = cpu_vs_peers.keep_result(path, amd_new, 224)  # the description without the
+    # family and model number (stored before it had one) is the same CPU: replaced
+
+    stored = markdown_report.load_results(path)
+    assert sorted(stored) == sorted([intel_key, amd_key, "avx512_vnni/resnet18/128/AMD EPYC"])
+    assert stored[amd_key]["ms"] == 4 and stored[intel_key]["ms"] == 2
+    assert amd_key == "avx512_vnni/resnet18/224/AMD EPYC (family 25 model 17)"
+    # two CPUs with one name but other family/model numbers are two CPUs
+    assert not cpu_vs_peers.same_cpu("Intel Xeon (family 6 model 143)", "Intel Xeon (family 6 model 207)")

@@ -28,9 +28,15 @@ def machine_description() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        if names:
-            cpu = names[0]
+            fields = dict(ln.split(":", 1) for ln in f.read().split("\n\n")[0].splitlines()
+                          if ":" in ln)
+        fields = {key.strip(): value.strip() for key, value in fields.items()}
+        if fields.get("model name"):
+            cpu = fields["model name"]
+        if fields.get("cpu family") and fields.get("model"):
+            # VMs often name only the vendor ("Intel(R) Xeon(R) Processor"): the family and
+            # model number tell the generations apart (6/143 Sapphire, 6/207 Emerald Rapids)
+            cpu += f" (family {fields['cpu family']} model {fields['model']})"
     except OSError:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
