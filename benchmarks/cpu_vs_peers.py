@@ -193,6 +193,7 @@ def model_table(result: Dict) -> str:
         + markdown_table(["configuration", "version", "median ms", "min - max ms", "/ PyTorch int8",
                           "/ fastest peer"], table)
         + ("\n\n**" + result["busy_warning"] + "**" if result.get("busy_warning") else "")
+        + ("\n\nNote, added after the run: " + result["note"] if result.get("note") else "")
         + "\n"
     )
 

@@ -26,11 +26,18 @@ from ..tuning.builds import WholeModel, compile_builds
 from ..tuning.never_slower import TaskVsDefault
 # The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
-from ..tuning.timing import (Timing, TVMThread, interleaved_rounds, load_average, torch_timer,
-                             with_tvm_threads)
+from ..tuning.timing import (Timing, TVMThread, cpu_ticks, interleaved_rounds, load_average,
+                             stolen_share, torch_timer, with_tvm_threads)
 from .accuracy import build_default, step_error
 from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
+
+# busy_warning's thresholds: a hypervisor stealing more than this share of the busy CPU time
+# while the rounds ran (a noisy Intel VM, 2026-12-03: 3-6% of the whole machine's time, 6-12% of
+# its busy time, and rounds up to 65x apart), and one configuration's rounds more than this many
+# times apart (the widest in the quiet AMD VM's cpu_vs_peers runs of 2026-12-02: 1.67x)
+STOLEN_WARNING = 0.05
+SPREAD_WARNING = 2.0
 
 
 @dataclasses.dataclass
@@ -56,6 +63,9 @@ class BenchResult:
     machine: str
     date: str
     load_average: Optional[float] = None  # 1-minute load before the bench compiled anything
+    # The share of the machine's busy time a hypervisor stole while the rounds ran (/proc/stat's
+    # steal); None where the OS does not tell.
+    stolen_share: Optional[float] = None
     # Max output steps from the reference of the other runtimes that run the model itself (ONNX
     # Runtime int8 for an ONNX model, whose reference is its QDQ graph as written).
     runtime_steps: Dict[str, float] = dataclasses.field(default_factory=dict)
@@ -134,12 +144,25 @@ class BenchResult:
 
     @property
     def busy_warning(self) -> Optional[str]:
-        """A warning when other processes were competing for the CPU (load above the threads)."""
-        if self.load_average is None or self.load_average <= self.threads:
+        """A warning when the CPU was not ours alone: other processes competing for it (load
+        above the threads), a hypervisor giving it to other guests (steal above
+        STOLEN_WARNING), or rounds of one configuration more than SPREAD_WARNING times apart."""
+        why = []
+        if self.load_average is not None and self.load_average > self.threads:
+            why.append(f"the load average was {self.load_average:.2f} before timing, above the "
+                       f"{self.threads} thread(s) timed: other processes compete for the CPU")
+        if self.stolen_share is not None and self.stolen_share > STOLEN_WARNING:
+            why.append(f"the hypervisor gave {100 * self.stolen_share:.0f}% of this VM's busy CPU "
+                       "time to other guests while the rounds ran (steal in /proc/stat)")
+        wide = [label for label, timing in self.timings.items()
+                if min(timing.seconds) > 0
+                and max(timing.seconds) > SPREAD_WARNING * min(timing.seconds)]
+        if wide:
+            why.append(f"rounds of {', '.join(wide)} were more than {SPREAD_WARNING:g}x apart")
+        if not why:
             return None
-        return (f"WARNING: the load average was {self.load_average:.2f} before timing, above the "
-                f"{self.threads} thread(s) timed: other processes compete for the CPU and these "
-                "figures are not trustworthy; rerun on a quiet machine")
+        return ("WARNING: " + "; ".join(why) + ". These figures are not trustworthy; rerun on a "
+                "quiet machine")
 
     def ratio(self, label: str, reference: str) -> float:
         """median(label) / median(reference): > 1 means ``label`` is slower."""
@@ -185,6 +208,7 @@ class BenchResult:
             "no_search_max_steps": self.no_search_max_steps,
             "runtime_steps": dict(self.runtime_steps),
             "machine": self.machine, "date": self.date, "load_average": self.load_average,
+            "stolen_share": self.stolen_share,
             "busy_warning": self.busy_warning,
             "tasks_vs_default": (None if self.tasks_vs_default is None
                                  else [c.to_dict() for c in self.tasks_vs_default]),
@@ -340,7 +364,9 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
                 peer_clocks, peer_rows = peer_timers(loaded, number, threads, onnx_model,
                                                      builtin_model)
                 timers.update(peer_clocks)
+            ticks = cpu_ticks()
             samples = interleaved_rounds(timers, repeats)
+            stolen = stolen_share(ticks, cpu_ticks())
         expected = loaded.run_reference()
     finally:
         torch.set_num_threads(old_torch_threads)
@@ -358,5 +384,5 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
                        for label, output in runtime_outputs.items()},
         tasks_vs_default=comparisons, peers=peer_rows, whole_model=built.whole_model,
         versions=versions(list(samples), peer_rows),
-        machine=machine_description(), load_average=load,
+        machine=machine_description(), load_average=load, stolen_share=stolen,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

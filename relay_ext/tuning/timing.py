@@ -124,6 +124,30 @@ def with_tvm_threads(threads: int, work: Callable[[], T]) -> T:
         return tvm_thread.run(work)
 
 
+def cpu_ticks() -> Optional[Tuple[int, int]]:
+    """(busy, stolen) clock ticks of the whole machine so far, from the ``cpu`` line of
+    /proc/stat: busy is user + nice + system + irq + softirq + steal, stolen is steal (time a
+    hypervisor gave another guest while this VM had work). None where the OS does not tell."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return user + nice + system + irq + softirq + steal, steal
+
+
+def stolen_share(before: Optional[Tuple[int, int]],
+                 after: Optional[Tuple[int, int]]) -> Optional[float]:
+    """The share of this machine's busy time between two :func:`cpu_ticks` that the hypervisor
+    stole; None when unknown or nothing ran."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 def load_average() -> Optional[float]:
     """The 1-minute load average (runnable processes), None where the OS does not tell."""
     try:
