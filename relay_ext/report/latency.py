@@ -33,9 +33,10 @@ from .peers import PeerRow, fastest, peer_timers
 from .tables import machine_description
 
 # busy_warning's thresholds: a hypervisor stealing more than this share of the busy CPU time
-# while the rounds ran (a noisy Intel VM, 2026-12-03: 3-6% of the whole machine's time, 6-12% of
-# its busy time, and rounds up to 65x apart), and one configuration's rounds more than this many
-# times apart (the widest in the quiet AMD VM's cpu_vs_peers runs of 2026-12-02: 1.67x)
+# while the rounds ran (a noisy Intel VM, 2026-12-03: 3-7% of the machine's time during a tune,
+# 56% of its busy time over a bench's rounds, rounds up to 65x apart), and one configuration's
+# rounds more than this many times apart (the widest in the quiet AMD VM's cpu_vs_peers runs of
+# 2026-12-02: 1.67x)
 STOLEN_WARNING = 0.05
 SPREAD_WARNING = 2.0
 

@@ -35,7 +35,7 @@ def machine_description() -> str:
             cpu = fields["model name"]
         if fields.get("cpu family") and fields.get("model"):
             # VMs often name only the vendor ("Intel(R) Xeon(R) Processor"): the family and
-            # model number tell the generations apart (6/143 Sapphire, 6/207 Emerald Rapids)
+            # model number tell the generations apart (6/143 Sapphire Rapids, 6/207 Emerald Rapids)
             cpu += f" (family {fields['cpu family']} model {fields['model']})"
     except OSError:
         pass
