@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 
-from benchmarks.markdown_report import (current_commit, load_results, markdown_table, utc_now,
-                                         write_results_section)
+from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
+                                         utc_now, write_results_section)
 from relay_ext import cli
 from relay_ext.lowering.targets import host_cpu_flags
 from relay_ext.report.tables import machine_description
@@ -130,13 +130,9 @@ def keep_result(path: Path, result: Dict, image_size: int) -> str:
     replaces its earlier result, a run on another CPU of the class (an Intel and an AMD host both
     enable AVX-512 VNNI) is kept beside it. The key."""
     prefix = f"{result['host_class']}/{result['model']}/{image_size}"
-    stored = {key: row for key, row in load_results(path).items()
-              if not (key.split("/", 3)[:3] == prefix.split("/")
-                      and same_cpu(cpu_of(row), cpu_of(result)))}
     key = f"{prefix}/{cpu_of(result)}"
-    stored[key] = result
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stored, indent=2) + "\n")
+    save_result(path, key, result, replacing=lambda old_key, row: (
+        old_key.split("/", 3)[:3] == prefix.split("/") and same_cpu(cpu_of(row), cpu_of(result))))
     return key
 
 

@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from relay_ext.report.tables import machine_description, markdown_table  # noqa: F401 - re-exported
 
@@ -30,9 +30,12 @@ def load_results(path: Path) -> Dict[str, Dict]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def save_result(path: Path, key: str, row: Dict) -> None:
-    """Store ``row`` under ``key`` in ``path``, keeping every other row."""
-    rows = load_results(path)
+def save_result(path: Path, key: str, row: Dict,
+                replacing: Optional[Callable[[str, Dict], bool]] = None) -> None:
+    """Store ``row`` under ``key`` in ``path``, keeping every other row but those stored rows for
+    which ``replacing(key, row)`` is true (rows the new one supersedes under another key)."""
+    rows = {old_key: old_row for old_key, old_row in load_results(path).items()
+            if replacing is None or not replacing(old_key, old_row)}
     rows[key] = row
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows, indent=2) + "\n")
