@@ -36,7 +36,7 @@ from .tables import machine_description
 # while the rounds ran (a noisy Intel VM, 2026-12-03: 3-7% of the machine's time during a tune,
 # 56% of its busy time over a bench's rounds, rounds up to 65x apart), and one configuration's
 # rounds more than this many times apart (the widest in the quiet AMD VM's cpu_vs_peers runs of
-# 2026-12-02: 1.67x)
+# 2026-12-02: 1.70x)
 STOLEN_WARNING = 0.05
 SPREAD_WARNING = 2.0
 
