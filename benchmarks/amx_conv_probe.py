@@ -53,11 +53,11 @@ from relay_ext.frontend import models as frontend_models
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
 from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.lowering.x86.amx_permission import AMX_INT8_FLAGS
-from relay_ext.tuning.compilable_records import compilable_records
-from relay_ext.tuning.never_slower import has_record, time_task
-from relay_ext.tuning.tasks import lowered_tasks
-from relay_ext.tuning.timing import TVMThread, interleaved_rounds, with_tvm_threads
-from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
+from relay_ext.schedules.records import compilable_records
+from relay_ext.schedules.task_choice import has_record, time_task
+from relay_ext.lowering.tasks import lowered_tasks
+from relay_ext.measure.timing import TVMThread, interleaved_rounds, with_tvm_threads
+from relay_ext.workdir.files import open_tuned_database, recorded_run
 
 logger = logging.getLogger(__name__)
 

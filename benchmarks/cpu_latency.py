@@ -41,12 +41,13 @@ from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext import models
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.targets import host_llvm_target, normalize_target
-from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
-from relay_ext.report.latency import PYTORCH, UNTUNED
+from relay_ext.report.accuracy import run_torchscript, step_error
+from relay_ext.build.default import build_untuned
+from relay_ext.bench.run import PYTORCH, UNTUNED
 from relay_ext.report.tables import machine_description
 from relay_ext.tuning import compile_model, extract_tasks, tune
-from relay_ext.tuning.progress import valid_run_secs
-from relay_ext.tuning.timing import TVMThread, interleaved_rounds, torch_timer
+from relay_ext.workdir.records import valid_run_secs
+from relay_ext.measure.timing import TVMThread, interleaved_rounds, torch_timer
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_latency.json"
 
 

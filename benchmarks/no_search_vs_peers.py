@@ -2,9 +2,9 @@
 
     PYTHONPATH=. python -m benchmarks.no_search_vs_peers --model resnet18 --image-size 224 --threads 2
 
-The no-search build is ``relay_ext.tuning.builds.compile_no_search`` (never-slower rule, its
+The no-search build is ``relay_ext.build.whole_model.compile_no_search`` (never-slower rule, its
 timings cached in ``--cache``); the three are timed in interleaved rounds
-(``relay_ext.tuning.timing.interleaved_rounds``) with the load average before and after. Prints
+(``relay_ext.measure.timing.interleaved_rounds``) with the load average before and after. Prints
 the medians and minima; figures taken on a loaded machine are indicative only.
 """
 
@@ -20,9 +20,9 @@ from tvm import meta_schedule as ms
 from relay_ext import models
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.report.accuracy import quantization_step_error
-from relay_ext.tuning.build import build_with_records
-from relay_ext.tuning.builds import compile_no_search
-from relay_ext.tuning.timing import TVMThread, interleaved_rounds, load_average, torch_timer
+from relay_ext.schedules.records import build_with_records
+from relay_ext.build.whole_model import compile_no_search
+from relay_ext.measure.timing import TVMThread, interleaved_rounds, load_average, torch_timer
 
 
 def main() -> None:

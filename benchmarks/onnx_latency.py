@@ -21,7 +21,7 @@ compares:
 
 TVM's thread pool takes its size from ``TVM_NUM_THREADS`` when it starts; ``runtime.config_threadpool``
 does not widen it in this build (TVM would run on 1 thread here). The timing runs in
-:class:`relay_ext.tuning.timing.TVMThread` (a fresh TVM pool of ``--threads``; PyTorch and ONNX
+:class:`relay_ext.measure.timing.TVMThread` (a fresh TVM pool of ``--threads``; PyTorch and ONNX
 Runtime stay on the main thread), which
 records the pool size TVM reports. Each round times every
 configuration once (the mean of ``--number`` runs, after a ``--settle-ms`` pause that lets the
@@ -89,12 +89,13 @@ def bench(args: argparse.Namespace) -> Dict:
 
     from benchmarks.markdown_report import current_commit
     from relay_ext import models
-    from relay_ext.report.accuracy import build_untuned, step_error
+    from relay_ext.report.accuracy import step_error
+    from relay_ext.build.default import build_untuned
     from relay_ext.lowering.config import BUILD_OPTIONS
     from relay_ext.frontend.onnx_export import export_quantized
     from relay_ext.frontend.onnx_import import from_onnx
-    from relay_ext.frontend.onnx_runtime import onnxruntime_timer
-    from relay_ext.tuning.timing import TVMThread, interleaved_rounds, torch_timer
+    from relay_ext.frontend.onnx_reference import onnxruntime_timer
+    from relay_ext.measure.timing import TVMThread, interleaved_rounds, torch_timer
     from relay_ext.report.tables import machine_description
     from benchmarks.cpu_latency import search_strategy
     from relay_ext.lowering.targets import host_llvm_target, normalize_target

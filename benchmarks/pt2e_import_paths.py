@@ -64,7 +64,7 @@ def main(argv: List[str]) -> int:
     from relay_ext.frontend.onnx_import import from_onnx, op_counts
     from relay_ext.frontend.pt2e_import import from_exported_program
     from relay_ext.report.accuracy import step_error
-    from relay_ext.report.accuracy import run_untuned
+    from relay_ext.build.default import run_untuned
 
     spec = models.MODELS[args.model]
     shape = spec.input_shape(1, args.image_size)

@@ -4,7 +4,7 @@
         [--target host] [--minutes 1,5,15,60] [--settings tvm,sized] [--seed 0]
         [--keep-checkpoints DIR]
 
-For each search setting (relay_ext/tuning/search_sizing.py: ``tvm`` is MetaSchedule 0.19's
+For each search setting (relay_ext/tuning/strategy.py: ``tvm`` is MetaSchedule 0.19's
 EvolutionarySearch defaults, ``sized`` the CLI's default) one tune runs with a time budget of the
 largest checkpoint (``tune(..., max_minutes=...)``, start-up included, as ``quantfuse tune
 --minutes`` does). When a checkpoint's time passes, the database files are copied aside; afterwards
@@ -41,9 +41,9 @@ from relay_ext import models
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.tuning import compile_model, tune
 from relay_ext.tuning.progress import ProgressSnapshot
-from relay_ext.tuning.search_sizing import SETTINGS, evolutionary_search
-from relay_ext.tuning.timing import tvm_timer, with_tvm_threads
-from relay_ext.tuning.work_dir import RECORD_FILE, WORKLOAD_FILE
+from relay_ext.tuning.strategy import SETTINGS, evolutionary_search
+from relay_ext.measure.timing import tvm_timer, with_tvm_threads
+from relay_ext.workdir.files import RECORD_FILE, WORKLOAD_FILE
 
 RESULTS = Path(__file__).resolve().parent / "results" / "search_sizing.json"
 SECTION = "search_sizing"

@@ -55,7 +55,8 @@ def main() -> None:
 
     from relay_ext import models
     from relay_ext.lowering.targets import normalize_target
-    from relay_ext.tuning.tasks import lowered_tasks, tune_contexts
+    from relay_ext.tuning.tasks import tune_contexts
+    from relay_ext.lowering.tasks import lowered_tasks
 
     target = normalize_target(args.target)
     seconds, loaded = timed(lambda: models.load(args.model, image_size=args.image_size))

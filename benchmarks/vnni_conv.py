@@ -14,7 +14,7 @@ item, TVM's default (untuned) schedules, TOPHUB off:
 
 Items: single ResNet convs (uint8 NCHW qnn.conv2d + requantize, as the PyTorch import gives them)
 and whole models (``--models``). Each item's builds are timed in interleaved rounds
-(relay_ext.report.latency: each round times every build once, the mean of ``number`` runs, on a
+(relay_ext.bench.run: each round times every build once, the mean of ``number`` runs, on a
 TVM thread pool of ``threads``), so a change of load hits all three alike; reported are medians
 and the ratios VNNI/AVX-512. Also per item: the distinct registers vpdpbusd accumulates into in
 the build's assembly, and whether before and after give the same output (they must: integer
@@ -42,8 +42,8 @@ from relay_ext import models
 from relay_ext.lowering import targets
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.x86 import vnni_conv_schedule, x86_codegen
-from relay_ext.tuning.build import copy_module
-from relay_ext.tuning.timing import TVMThread, interleaved_rounds, load_average
+from relay_ext.lowering.relay_build import copy_module
+from relay_ext.measure.timing import TVMThread, interleaved_rounds, load_average
 
 RESULTS = Path(__file__).resolve().parent / "results" / "vnni_conv.json"
 AVX512, BEFORE, AFTER = "AVX-512", "VNNI before", "VNNI after"

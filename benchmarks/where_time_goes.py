@@ -7,11 +7,11 @@
 
 TVM side: the build examined is the work dir's tuned build (``--work-dir``: as bench builds it,
 each task its tuned record or its no-search schedule, whichever ran faster here, a task without
-a record its no-search schedule: :func:`relay_ext.tuning.builds.compile_builds`), the no-search
-records (``--no-search``: :func:`relay_ext.tuning.no_search.no_search_records`) or none (TVM
+a record its no-search schedule: :func:`relay_ext.build.whole_model.compile_builds`), the no-search
+records (``--no-search``: :func:`relay_ext.schedules.rule_designs.no_search_records`) or none (TVM
 untuned: TOPI's default schedules). Every task of the model (one fused function) is built twice
 and timed in interleaved rounds, as ``quantfuse bench``'s never-slower rule does
-(relay_ext/tuning/never_slower.py): with its record and with TOPI's default schedule; the row
+(relay_ext/schedules/task_choice.py): with its record and with TOPI's default schedule; the row
 takes the time of what the model runs (the record, unless the rule drops it for being more than
 5% slower than the default). Multiplied by the number of calls the model makes to the function,
 that is the task's share of the model. The whole-model row is the model built with the records the
@@ -26,7 +26,7 @@ at the same thread count. Its residual adds (``QFunctional.add``, a method) are 
 
 OpenVINO side: bench's QDQ ONNX export of the same network (same seed and calibration batches,
 quantized by ONNX Runtime's ``quantize_static``) compiled by OpenVINO's CPU plugin on the same
-threads with its counters on (``PERF_COUNT``, :mod:`relay_ext.frontend.openvino_layers`): each
+threads with its counters on (``PERF_COUNT``, :mod:`relay_ext.peers.openvino_layers`): each
 executed node's median real time over ``10 x --rounds`` inferences. Its conv nodes hold the conv,
 bias, requantize, ReLU and (kernel marked ``+ add``) the residual add, as TVM's conv tasks do.
 The whole-model row is OpenVINO timed without counters. OpenVINO's exec type names the
@@ -71,13 +71,13 @@ from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantiz
                                                    seeded_float_model)
 from relay_ext.frontend.optional_deps import MissingDependency, require_openvino
 from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target
-from relay_ext.tuning.build import build_with_records
-from relay_ext.tuning.compilable_records import compilable_records
-from relay_ext.tuning.never_slower import best_record, has_record, never_slower_records, time_task
-from relay_ext.tuning.no_search import no_search_records
-from relay_ext.tuning.tasks import lowered_tasks
-from relay_ext.tuning.timing import load_average, tvm_timer, with_tvm_threads
-from relay_ext.tuning.work_dir import open_tuned_database, recorded_run
+from relay_ext.schedules.records import build_with_records
+from relay_ext.schedules.records import compilable_records
+from relay_ext.schedules.task_choice import best_record, has_record, never_slower_records, time_task
+from relay_ext.schedules.rule_designs import no_search_records
+from relay_ext.lowering.tasks import lowered_tasks
+from relay_ext.measure.timing import load_average, tvm_timer, with_tvm_threads
+from relay_ext.workdir.files import open_tuned_database, recorded_run
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ def tvm_model_ms(loaded, tasks, database: ms.Database, rows: List[Dict], target,
 
 
 def openvino_rows(profile) -> List[Dict]:
-    """An :class:`relay_ext.frontend.openvino_layers.OpenVINOProfile`'s nodes as peer rows: conv
+    """An :class:`relay_ext.peers.openvino_layers.OpenVINOProfile`'s nodes as peer rows: conv
     nodes with their signature (channels as TVM pads them), every node with its kernel."""
     rows = []
     for layer in profile.layers:
@@ -252,7 +252,7 @@ def openvino_rows(profile) -> List[Dict]:
 def openvino_peer(model: str, image_size: int, threads: int, rounds: int) -> Tuple[Dict, Dict]:
     """OpenVINO's column (bench's QDQ export of ``model``, profiled) and what oneDNN says it ran."""
     from relay_ext.frontend.onnx_export import export_quantized  # pylint: disable=C0415
-    from relay_ext.frontend.openvino_layers import (kernel_family, onednn_conv_kernels,  # pylint: disable=C0415
+    from relay_ext.peers.openvino_layers import (kernel_family, onednn_conv_kernels,  # pylint: disable=C0415
                                                     openvino_layers)
 
     shape = frontend_models._model_spec(model).input_shape(1, image_size)  # pylint: disable=W0212

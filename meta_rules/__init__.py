@@ -5,15 +5,15 @@ Importing this package registers the custom schedule rules ``compute_inline`` an
 and :mod:`meta_rules.cpu.layout_transform_rule`); that is the only side effect.
 """
 
-from .cpu.layout_transform_rule import register_layout_transform_rule
-from .cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
-from .generic.compute_inline import compute_inline, register_compute_inline
-from .generic.inline_constant_blocks import InlineConstantBlocks
-from .gpu.compute_reduction_at_consumer import ComputeReductionAtConsumer
-from .gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining
-from .gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
-from .measure import fusion
-from .rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
+from meta_rules.cpu.layout_transform_rule import register_layout_transform_rule
+from meta_rules.cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
+from meta_rules.generic.compute_inline import compute_inline, register_compute_inline
+from meta_rules.generic.inline_constant_blocks import InlineConstantBlocks
+from meta_rules.gpu.compute_reduction_at_consumer import ComputeReductionAtConsumer
+from meta_rules.gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining
+from meta_rules.gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
+from meta_rules.measure import fusion
+from meta_rules.rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
                         space_generator)
 
 # --- registration, in one place ------------------------------------------------------------------

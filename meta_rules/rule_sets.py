@@ -29,17 +29,17 @@ from tvm import meta_schedule as ms
 from tvm import te
 from tvm.target import Target
 
-from .base.tvm_errors import tvm_error_message
-from .cpu.amx_conv import AMXConv
-from .cpu.amx_tensorize import TensorizeAMXConv
-from .cpu.amx_tiles import target_has_amx
-from .cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
-from .generic.inline_constant_blocks import InlineConstantBlocks
-from .generic.tensor_intrinsics import register_tensor_intrinsics
-from .gpu.compute_reduction_at_consumer import (ComputeReductionAtConsumer,
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.cpu.amx_conv import AMXConv
+from meta_rules.cpu.amx_tensorize import TensorizeAMXConv
+from meta_rules.cpu.amx_tiles import target_has_amx
+from meta_rules.cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
+from meta_rules.generic.inline_constant_blocks import InlineConstantBlocks
+from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
+from meta_rules.gpu.compute_reduction_at_consumer import (ComputeReductionAtConsumer,
                                                 follows_cross_thread_reduction)
-from .gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
-from .gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
+from meta_rules.gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
+from meta_rules.gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 logger = logging.getLogger(__name__)
 

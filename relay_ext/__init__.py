@@ -21,7 +21,7 @@ _LAZY = {
     "accuracy": ("relay_ext.report.accuracy", None),  # TVM-vs-PyTorch step error
     "models": ("relay_ext.frontend.models", None),  # quantized PyTorch models: relay_ext.frontend.models.load
     # the name: relay_ext.compile; bench's tuned build (the never-slower rule) by default
-    "compile": ("relay_ext.deploy.build", "compile_model"),
+    "compile": ("relay_ext.build.tuned", "compile_model"),
     "export": ("relay_ext.deploy.export", "export"),  # model.so + model.json, what bench timed
     "load": ("relay_ext.deploy.runtime", "load"),  # an exported model.so, TVM's runtime only
     "pass_config": ("relay_ext.lowering.config", "pass_config"),  # registers the converter

@@ -44,7 +44,7 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     from relay_ext.cli.inputs import load_model
     from relay_ext.cli.parser import build_parser
     from relay_ext.tuning import compile_model
-    from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE, open_tuned_database
+    from relay_ext.workdir.files import CHART_FILE, REPORT_FILE, open_tuned_database
     from quantized_test_nets import worst_steps
 
     tolerance = 1e-3  # whole steps, up to float rounding

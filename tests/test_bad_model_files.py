@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from relay_ext import cli
-from relay_ext.tuning.work_dir import RECORD_FILE
+from relay_ext.workdir.files import RECORD_FILE
 from helpers import one_error_line
 
 LLVM = "llvm -num-cores 1"

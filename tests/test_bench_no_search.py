@@ -7,8 +7,8 @@ import pytest
 
 from relay_ext import cli
 from relay_ext.lowering import targets
-from relay_ext.tuning import never_slower
-from relay_ext.tuning.work_dir import NEVER_SLOWER_FILE, REPORT_FILE
+from relay_ext.schedules import task_choice as never_slower
+from relay_ext.workdir.files import NEVER_SLOWER_FILE, REPORT_FILE
 
 from conftest import AVX2, TINY_32
 

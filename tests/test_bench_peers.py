@@ -19,11 +19,12 @@ pytest.importorskip("torchao", reason="the Inductor row needs torchao: pip insta
 
 from conftest import AVX2, TINY_32
 from relay_ext import cli
-from relay_ext.frontend import models, pt2e_inductor
-from relay_ext.frontend.openvino_runtime import OPENVINO
-from relay_ext.frontend.pt2e_inductor import INDUCTOR, InductorUnavailable
-from relay_ext.report import peers
-from relay_ext.tuning.work_dir import REPORT_FILE
+from relay_ext.frontend import models
+from relay_ext.peers import inductor as pt2e_inductor
+from relay_ext.peers.openvino import OPENVINO
+from relay_ext.peers.inductor import INDUCTOR, InductorUnavailable
+from relay_ext.peers import rows as peers
+from relay_ext.workdir.files import REPORT_FILE
 
 MAX_PEER_STEPS = 3  # whole output steps from the peer's own reference
 
@@ -158,7 +159,7 @@ def test_a_pt2e_model_runs_eager_and_its_program_compiled(tmp_path):
     """A .pt2 model: its eager row is labelled eager, Inductor compiles the program itself and
     agrees with it; OpenVINO has no ONNX file to read and says so."""
     from quantized_test_nets import MobileNetV2Style, pt2e_program
-    from relay_ext.report.latency import reference_timers
+    from relay_ext.bench.run import reference_timers
 
     loaded = models.from_exported_program(pt2e_program(MobileNetV2Style, (1, 3, 16, 16)))
     timers, _ = reference_timers(loaded, 2, 1)

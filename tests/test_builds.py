@@ -1,13 +1,14 @@
-"""relay_ext.tuning.builds: the tuned build checked whole against the no-search build (issue 29),
-and the never-slower rule's in-model timing (relay_ext.tuning.in_model_timing)."""
+"""relay_ext.build.whole_model: the tuned build checked whole against the no-search build (issue 29),
+and the never-slower rule's in-model timing (relay_ext.measure.in_model)."""
 
 import pytest
 from tvm import meta_schedule as ms
 
 from relay_ext.lowering import targets
-from relay_ext.tuning import builds, run_module
-from relay_ext.tuning.builds import WholeModel, compile_builds
-from relay_ext.tuning.in_model_timing import profile_in_model
+from relay_ext.build import whole_model as builds
+from relay_ext.measure.run import run_module
+from relay_ext.build.whole_model import WholeModel, compile_builds
+from relay_ext.measure.in_model import profile_in_model
 from conftest import AVX2
 
 
@@ -44,7 +45,7 @@ def test_a_tuned_build_slower_as_a_whole_is_replaced_by_the_no_search_build(
 
 def test_the_whole_model_comparison_is_timed_once_and_then_read_from_the_cache(
         avx2_target, tiny, tmp_path, monkeypatch):
-    from relay_ext.tuning import timing
+    from relay_ext.measure import timing
 
     cache = tmp_path / "never_slower_timings.json"
     first = compile_builds(ms.database.MemoryDatabase(), tiny.mod, tiny.params, avx2_target,

@@ -1,11 +1,11 @@
 """bench says when its figures are not trustworthy: load above the threads, a hypervisor stealing
 the CPU (/proc/stat's steal), or one configuration's rounds far apart
-(relay_ext.report.latency.BenchResult.busy_warning)."""
+(relay_ext.bench.run.BenchResult.busy_warning)."""
 
 import os
 
-from relay_ext.report.latency import SPREAD_WARNING, STOLEN_WARNING, BenchResult
-from relay_ext.tuning.timing import Timing, cpu_ticks, stolen_share
+from relay_ext.bench.run import SPREAD_WARNING, STOLEN_WARNING, BenchResult
+from relay_ext.measure.timing import Timing, cpu_ticks, stolen_share
 
 
 def _result(seconds=(0.004, 0.005, 0.0045), **kwargs) -> BenchResult:

@@ -12,7 +12,7 @@ from tvm import meta_schedule as ms
 
 from relay_ext import cli, models
 from relay_ext.cli import commands as cli_commands
-from relay_ext.tuning.work_dir import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
+from relay_ext.workdir.files import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
 from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 2"

@@ -8,8 +8,8 @@ import pytest
 
 from relay_ext import cli
 from relay_ext.lowering import targets
-from relay_ext.report import latency as latency_bench
-from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE
+from relay_ext.bench import run as latency_bench
+from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
 from relay_ext.tuning import SUMMARY_FILE
 from conftest import AVX2, TINY_32, TUNED_TRIALS
 from helpers import one_error_line

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from relay_ext.tuning.work_dir import CHART_FILE, REPORT_FILE
+from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
 from test_targets import AMD_AVX2_VM
 
 ROOT = Path(__file__).resolve().parents[1]

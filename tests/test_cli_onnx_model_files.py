@@ -12,9 +12,9 @@ import pytest
 from quantized_test_nets import ResidualConvNet, SmallMLP, qdq_onnx
 from relay_ext import cli
 from relay_ext.frontend import onnx_export
-from relay_ext.frontend.onnx_runtime import OnnxRuntimeReference
+from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 from relay_ext.lowering import targets
-from relay_ext.tuning.work_dir import REPORT_FILE
+from relay_ext.workdir.files import REPORT_FILE
 from conftest import AVX2
 from helpers import fusion_tune_and_bench, one_error_line
 

@@ -15,8 +15,8 @@ import pytest
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
 from relay_ext.lowering.x86.amx import request_amx_tile_data
-from relay_ext.tuning import rpc_tracker
-from relay_ext.tuning.work_dir import RECORD_FILE
+from relay_ext.measure import rpc_tracker
+from relay_ext.workdir.files import RECORD_FILE
 from tvm import meta_schedule as ms
 from helpers import small_search, one_error_line
 
@@ -134,11 +134,11 @@ def test_rpc_key_without_servers_is_a_clear_error(tracker, tmp_path, capsys):
 def test_quantfuses_server_holds_amx_tile_data_where_the_host_grants_it_and_tvms_cannot_say(
         tracker, tmp_path):
     """A tune whose candidates use AMX needs servers that asked the kernel for tile data
-    (relay_ext.tuning.rpc_server); TVM's own server is refused with what to start instead."""
+    (relay_ext.measure.rpc_server); TVM's own server is refused with what to start instead."""
     port, _ = tracker
-    with pytest.raises(rpc_tracker.TrackerError, match="could not say.*relay_ext.tuning.rpc_server"):
+    with pytest.raises(rpc_tracker.TrackerError, match="could not say.*relay_ext.measure.rpc_server"):
         rpc_tracker.check_servers_run_amx(rpc_tracker.RpcAddress("127.0.0.1", port, KEY))
-    ours_port, processes, logs = _start_rpc(tmp_path, "amx", 1, "relay_ext.tuning.rpc_server")
+    ours_port, processes, logs = _start_rpc(tmp_path, "amx", 1, "relay_ext.measure.rpc_server")
     try:
         address = rpc_tracker.RpcAddress("127.0.0.1", ours_port, "amx")
         if request_amx_tile_data():  # this host's OS enables AMX int8, the kernel grants it
@@ -158,7 +158,7 @@ def test_an_amx_tune_through_tvms_servers_is_refused_in_one_line(tracker, tmp_pa
     port, _ = tracker
     assert cli.main(["tune", *TINY, "--target", "host", "--work-dir", str(tmp_path), "--trials",
                      "4", "--rpc", f"127.0.0.1:{port}:{KEY}"]) == 2
-    one_error_line(capsys, "--rpc", "uses AMX", "relay_ext.tuning.rpc_server")
+    one_error_line(capsys, "--rpc", "uses AMX", "relay_ext.measure.rpc_server")
     assert not (tmp_path / RECORD_FILE).exists()
 
 

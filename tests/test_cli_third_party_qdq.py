@@ -48,7 +48,7 @@ def test_a_small_tune_on_the_host_matches_onnx_runtime(qdq_files, tmp_path, caps
     from relay_ext.cli.inputs import load_model
     from relay_ext.cli.parser import build_parser
     from relay_ext.tuning import compile_model
-    from relay_ext.tuning.work_dir import open_tuned_database
+    from relay_ext.workdir.files import open_tuned_database
 
     model_args = ["--model", str(qdq_files[0]), "--target", AVX2]
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)

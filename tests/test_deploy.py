@@ -14,14 +14,15 @@ import tvm
 
 import relay_ext
 from relay_ext import cli
-from relay_ext.deploy import build as deploy_build
+from relay_ext.build import tuned as deploy_build
 from relay_ext.deploy import export as deploy_export
 from relay_ext.deploy.runtime import DeployError, load
 from relay_ext.lowering import targets
-from relay_ext.report.accuracy import build_default, quantization_step_error
-from relay_ext.tuning.timing import with_tvm_threads
+from relay_ext.report.accuracy import quantization_step_error
+from relay_ext.build.default import build_default
+from relay_ext.measure.timing import with_tvm_threads
 from relay_ext.tuning import run_module
-from relay_ext.tuning.work_dir import open_tuned_database
+from relay_ext.workdir.files import open_tuned_database
 from conftest import AVX2, TINY_32, TUNED_TRIALS
 from helpers import one_error_line
 
@@ -110,7 +111,7 @@ def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
         tiny_tuned, tiny32, tmp_path, capsys, monkeypatch):
     """The work dir's records under the never-slower rule, timed with bench's thread count (all
     CPUs); the library's output equals the tuned build bench makes, made here as
-    relay_ext.report.latency.measure_latency makes it (the rule's choice is a timing, so the
+    relay_ext.bench.run.measure_latency makes it (the rule's choice is a timing, so the
     choice may differ between the two builds on a busy machine: int8 schedules of one task give
     the same integers, and both builds are also checked against PyTorch)."""
     work_dir, _ = tiny_tuned

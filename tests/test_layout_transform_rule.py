@@ -9,7 +9,7 @@ from tvm import relay, tir
 
 import meta_rules
 from meta_rules.cpu.layout_transform_rule import RULE_NAME, source_run
-from relay_ext.tuning.tasks import lowered_tasks
+from relay_ext.lowering.tasks import lowered_tasks
 
 CPU = "llvm -num-cores 2"  # runs on every x86 host
 

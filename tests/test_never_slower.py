@@ -9,9 +9,9 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 from relay_ext.lowering import targets
-from relay_ext.report.accuracy import build_untuned
+from relay_ext.build.default import build_untuned
 from relay_ext.tuning import extract_tasks, run_module
-from relay_ext.tuning.never_slower import (
+from relay_ext.schedules.task_choice import (
     compile_never_slower,
     never_slower_records,
     weight_params,
@@ -80,7 +80,7 @@ class CountingTimer:
         self.timed = []
 
     def __call__(self, task, database, target, variant, rounds=5, on_built=None, **kwargs):
-        from relay_ext.tuning.never_slower import TaskVsDefault
+        from relay_ext.schedules.task_choice import TaskVsDefault
 
         self.timed.append(task.task_name)
         return TaskVsDefault(task.task_name, 2.0, 1.0, int(task.weight))  # the record loses
@@ -104,7 +104,7 @@ def _with_other_record(database, task, target):
 @pytest.fixture
 def timer(monkeypatch):
     """never_slower's task timing replaced by a :class:`CountingTimer`."""
-    from relay_ext.tuning import never_slower
+    from relay_ext.schedules import task_choice as never_slower
 
     counting = CountingTimer()
     monkeypatch.setattr(never_slower, "time_task", counting)
@@ -153,8 +153,8 @@ def test_a_changed_record_or_target_is_timed_again(slow_conv_database, tiny, tmp
 
 
 def test_the_cache_key_holds_tvms_thread_count(slow_conv_database):
-    from relay_ext.tuning.never_slower_cache import TimingCache
-    from relay_ext.tuning.timing import with_tvm_threads
+    from relay_ext.workdir.timing_cache import TimingCache
+    from relay_ext.measure.timing import with_tvm_threads
 
     target, _, task, database = slow_conv_database
     (record,) = database.get_all_tuning_records()
@@ -167,7 +167,7 @@ def test_the_cache_key_holds_tvms_thread_count(slow_conv_database):
 
 def _with_and_without_quantfuse(tmp_path, body: str, done: str):
     """``body`` run in two fresh processes (TVM warns once per process), one importing
-    ``relay_ext.tuning.build`` first: {"tvm": ..., "quantfuse": ...} CompletedProcess, both
+    ``relay_ext.lowering.relay_build`` first: {"tvm": ..., "quantfuse": ...} CompletedProcess, both
     checked to have printed ``done``."""
     import subprocess
     import sys
@@ -175,7 +175,7 @@ def _with_and_without_quantfuse(tmp_path, body: str, done: str):
     script = tmp_path / "script.py"
     script.write_text("import sys, tvm\n"
                       "if sys.argv[1] == 'quantfuse':\n"
-                      "    import relay_ext.tuning.build\n" + body + f"print({done!r})\n")
+                      "    import relay_ext.lowering.relay_build\n" + body + f"print({done!r})\n")
     runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True,
                                 text=True, timeout=300) for how in ("tvm", "quantfuse")}
     assert all(r.returncode == 0 and done in r.stdout for r in runs.values()), runs
@@ -210,13 +210,13 @@ def test_tvms_fallback_configuration_warning_does_not_reach_stderr(tmp_path):
     assert "Cannot find config" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout
 
 
-# --- the no-search schedule beside the tuned record (relay_ext.tuning.builds, issue 29) ---
+# --- the no-search schedule beside the tuned record (relay_ext.build.whole_model, issue 29) ---
 
 @pytest.fixture(scope="module")
 def no_search_designs(slow_conv_database, tiny):
     """The compilable no-search records of tiny_resnet's tasks (AVX2)."""
-    from relay_ext.tuning.compilable_records import compilable_records
-    from relay_ext.tuning.no_search import no_search_records
+    from relay_ext.schedules.records import compilable_records
+    from relay_ext.schedules.rule_designs import no_search_records
 
     target, tasks, _, _ = slow_conv_database
     found = no_search_records(tiny.mod, tiny.params, target, "ours", tasks)
@@ -225,7 +225,7 @@ def no_search_designs(slow_conv_database, tiny):
 
 
 def _trace_of(database, workload):
-    from relay_ext.tuning.never_slower import best_record
+    from relay_ext.schedules.task_choice import best_record
 
     record = best_record(database, workload)
     return None if record is None else str(record.trace)
@@ -267,7 +267,7 @@ class ChoosingTimer:
 
     def __call__(self, task, database, target, variant, rounds=5, on_built=None, no_search=None,
                  record_source="tuned"):
-        from relay_ext.tuning.never_slower import TaskVsDefault
+        from relay_ext.schedules.task_choice import TaskVsDefault
 
         record_ms = self.no_search_ms if record_source == "no-search" else 2.0
         return TaskVsDefault(task.task_name, record_ms, 3.0, int(task.weight),
@@ -278,8 +278,8 @@ class ChoosingTimer:
                                                     (9.0, "tuned")])
 def test_the_faster_of_the_tuned_record_and_the_no_search_schedule_is_compiled(
         slow_conv_database, no_search_designs, tiny, monkeypatch, no_search_ms, expected):
-    from relay_ext.tuning import never_slower
-    from relay_ext.tuning.builds import no_search_choice
+    from relay_ext.schedules import task_choice as never_slower
+    from relay_ext.build.whole_model import no_search_choice
 
     monkeypatch.setattr(never_slower, "time_task", ChoosingTimer(no_search_ms))
     monkeypatch.setattr(never_slower, "measure_in_model", lambda *args, **kwargs: {})
@@ -308,7 +308,7 @@ def test_every_task_is_timed_inside_the_model_once_and_then_read_from_the_cache(
         slow_conv_database, no_search_designs, tiny, tmp_path, monkeypatch):
     """The default measurement profiles three builds of the whole model (records, no-search,
     default), one call for every task; no task is timed alone; a second call reads the cache."""
-    from relay_ext.tuning import never_slower
+    from relay_ext.schedules import task_choice as never_slower
 
     profiled, alone = [], []
     real = never_slower.measure_in_model

@@ -1,4 +1,4 @@
-"""Issue 29's no-search build (relay_ext/tuning/no_search.py): each task's rule design with its
+"""Issue 29's no-search build (relay_ext/schedules/rule_designs.py): each task's rule design with its
 sampling decisions computed from the shape and the target, no measuring. The numerics run on any
 host whose OS enables the target's features (else skipped, saying which); the AMX design is
 checked structurally everywhere (built for AMX, not run) and run only on an AMX host."""
@@ -14,8 +14,8 @@ from meta_rules.generic.resilient_space_generator import ResilientPostOrderApply
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.tuning import extract_tasks, run_module
-from relay_ext.tuning.build import build_with_records
-from relay_ext.tuning.no_search import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
+from relay_ext.schedules.records import build_with_records
+from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
                                         no_search_records, register_caps, task_design,
                                         tile_decisions)
 from conftest import AVX2
@@ -214,13 +214,13 @@ def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
     that fails, the build goes on from the model as given (Relay folds them), with a warning."""
     import logging
 
-    from relay_ext.tuning import builds
+    from relay_ext.build import whole_model as builds
 
     def broken(*args, **kwargs):
         raise ValueError("prefold broke")
     monkeypatch.setattr(builds, "prefold", broken)  # compile_no_search builds through builds.py
     target = targets.normalize_target(AVX2)
-    with caplog.at_level(logging.WARNING, logger="relay_ext.tuning.builds"):
+    with caplog.at_level(logging.WARNING, logger="relay_ext.build.whole_model"):
         lib, found, kept = builds.compile_no_search(tiny.mod, tiny.params, target, "ours",
                                                     never_slower=False)
     assert kept is None and any(d.has_record for d in found.designs)

@@ -12,7 +12,8 @@ import tvm
 
 from quantized_test_nets import ResidualConvNet, SmallMLP, conv_block_reads, qdq_onnx, worst_steps
 from relay_ext import accuracy, models
-from relay_ext.frontend import onnx_export, onnx_import, onnx_runtime, optional_deps
+from relay_ext.frontend import onnx_export, onnx_import, optional_deps
+from relay_ext.frontend import onnx_reference as onnx_runtime
 from relay_ext.tuning import extract_tasks
 
 LLVM = "llvm -num-cores 2"

@@ -1,4 +1,4 @@
-"""OpenVINO's per-layer counters (relay_ext/frontend/openvino_layers.py) and how
+"""OpenVINO's per-layer counters (relay_ext/peers/openvino_layers.py) and how
 benchmarks/where_time_goes.py matches its conv nodes to TVM's conv tasks, on tiny_resnet at 32."""
 
 import collections
@@ -16,10 +16,10 @@ from benchmarks.where_time_goes import conv_signature, openvino_rows  # noqa: E4
 from relay_ext.frontend import models  # noqa: E402
 from relay_ext.frontend.eager_quantization import seeded_float_model  # noqa: E402
 from relay_ext.frontend.onnx_export import export_quantized  # noqa: E402
-from relay_ext.frontend.openvino_layers import (ConvShape, onednn_conv_kernels,  # noqa: E402
+from relay_ext.peers.openvino_layers import (ConvShape, onednn_conv_kernels,  # noqa: E402
                                                 openvino_layers)
 from relay_ext.lowering.targets import normalize_target  # noqa: E402
-from relay_ext.tuning.tasks import lowered_tasks  # noqa: E402
+from relay_ext.lowering.tasks import lowered_tasks
 
 MODEL, SIZE = "tiny_resnet", 32
 

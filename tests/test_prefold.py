@@ -12,7 +12,7 @@ from relay_ext.lowering.config import pass_config
 from relay_ext.lowering.prefold import layout_transform, numpy_fold_constants, prefold
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.tuning import extract_tasks, run_module
-from relay_ext.tuning.build import build_with_records
+from relay_ext.schedules.records import build_with_records
 from conftest import AVX2
 
 

@@ -33,7 +33,8 @@ from relay_ext import cli
 from relay_ext.frontend import pt2e_import
 from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, QNN_COMPUTE_OPS
 from relay_ext.lowering import targets
-from relay_ext.report.accuracy import build_untuned, step_error
+from relay_ext.report.accuracy import step_error
+from relay_ext.build.default import build_untuned
 from relay_ext.tuning import run_module
 
 SHAPE = (1, 3, 16, 16)

@@ -1,4 +1,4 @@
-"""A write error while records are appended (relay_ext.tuning.record_writes): the tune stops with one
+"""A write error while records are appended (relay_ext.workdir.record_writes): the tune stops with one
 line and exit code 1, the database is cut back to its last complete line and loads, and every record
 written before the error is kept.
 
@@ -17,8 +17,8 @@ from tvm import meta_schedule as ms
 from relay_ext import cli, models
 from relay_ext.tuning import tune
 from relay_ext.cli import commands as cli_commands
-from relay_ext.tuning.record_writes import RecordWriteCheck
-from relay_ext.tuning.work_dir import RECORD_FILE, SUMMARY_FILE, WORKLOAD_FILE, repair_database
+from relay_ext.workdir.record_writes import RecordWriteCheck
+from relay_ext.workdir.files import RECORD_FILE, SUMMARY_FILE, WORKLOAD_FILE, repair_database
 from helpers import small_database, small_search
 
 LLVM = "llvm -num-cores 1"

@@ -16,7 +16,7 @@ from relay_ext.lowering import targets
 from relay_ext.lowering.config import pass_config
 from relay_ext.report.accuracy import step_error
 from relay_ext.tuning import compile_model, extract_tasks, run_module
-from relay_ext.tuning.compilable_records import compilable_records
+from relay_ext.schedules.records import compilable_records
 from conftest import AVX2
 
 runs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),

@@ -11,7 +11,7 @@ from tvm import relay
 
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import saturation_free_int8 as sat
-from relay_ext.report.accuracy import build_untuned
+from relay_ext.build.default import build_untuned
 from relay_ext.tuning import run_module
 
 AVX2 = "llvm -mcpu=core-avx2"

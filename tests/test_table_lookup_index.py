@@ -10,7 +10,7 @@ from tvm.script import tir as T
 
 from meta_rules.measure import fusion
 from relay_ext.lowering import table_lookup_index
-from relay_ext.tuning import build  # noqa: F401 - registers the int32-index legalizations
+from relay_ext.lowering import relay_build  # noqa: F401 - registers the int32-index legalizations
 
 
 def _lookup(index_dtype: str, low: int):

@@ -13,10 +13,10 @@ import tvm
 from tvm import meta_schedule as ms
 
 from relay_ext import cli
-from relay_ext.cli.progress import ProgressPrinter
+from relay_ext.cli.progress_bar import ProgressPrinter
 from relay_ext.cli import commands as cli_commands
-from relay_ext.tuning.work_dir import RECORD_FILE
-from relay_ext.tuning.skip_measured_search import records_by_workload, trace_key, workload_hash
+from relay_ext.workdir.files import RECORD_FILE
+from relay_ext.workdir.records import records_by_workload, trace_key, workload_hash
 from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
 from relay_ext.tuning.progress import ProgressSnapshot, describe
 from helpers import small_search

@@ -13,17 +13,13 @@ from tvm import meta_schedule as ms
 import meta_rules
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
-from relay_ext.tuning import SUMMARY_FILE, extract_tasks, flow, tune
+from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
+from relay_ext.tuning import search as flow
 from relay_ext.tuning.progress import ProgressSnapshot, TuningProgress, describe, progress_bar
-from relay_ext.tuning.search_sizing import SIZED_DEFAULTS, default_search
-from relay_ext.tuning.skip_measured_search import (
-    SkipMeasuredSearch,
-    TrialBudget,
-    records_by_workload,
-    trace_key,
-    workload_hash,
-)
-from relay_ext.tuning.work_dir import LOG_DIR
+from relay_ext.tuning.strategy import SIZED_DEFAULTS, default_search
+from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch, TrialBudget
+from relay_ext.workdir.records import records_by_workload, trace_key, workload_hash
+from relay_ext.workdir.files import LOG_DIR
 from helpers import one_error_line, small_search
 
 LLVM = "llvm -num-cores 2"

@@ -1,4 +1,4 @@
-"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.tuning.timing)."""
+"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.measure.timing)."""
 
 import os
 import threading
@@ -11,9 +11,9 @@ import tvm
 
 from relay_ext import models
 from relay_ext.lowering import targets
-from relay_ext.report.accuracy import build_untuned
+from relay_ext.build.default import build_untuned
 from relay_ext.lowering.config import BUILD_OPTIONS
-from relay_ext.tuning.timing import TVMThread, tvm_timer, with_tvm_threads
+from relay_ext.measure.timing import TVMThread, tvm_timer, with_tvm_threads
 from conftest import AVX2
 
 CPUS = os.cpu_count() or 1
@@ -105,7 +105,7 @@ def test_every_round_starts_with_one_untimed_run():
     """PyTorch's timer (ONNX Runtime's and TVM's likewise; TVM's time_evaluator makes its own too)
     runs once untimed before the timed runs of each round, so that no runtime pays for waking up
     after bench's pause."""
-    from relay_ext.tuning.timing import torch_timer
+    from relay_ext.measure.timing import torch_timer
 
     calls = []
 
@@ -126,7 +126,7 @@ def test_settle_waits_until_this_process_stops_using_the_cpu():
     """bench's pause before each configuration outlasts worker threads that spin after a run (TVM's
     pool spun ~210 ms after each run on the AMD EPYC VM, and PyTorch timed in that time took 4-6 ms
     a run instead of 0.16 ms)."""
-    from relay_ext.tuning.timing import settle
+    from relay_ext.measure.timing import settle
 
     settle(0.01, max_s=5.0)  # threads of earlier tests in this process may still spin (1.06 s in CI)
     idle = settle(0.01, max_s=2.0)

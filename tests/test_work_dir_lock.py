@@ -1,4 +1,4 @@
-"""One tune per work dir (relay_ext.tuning.work_dir.tuning_lock): a second tune is refused with one
+"""One tune per work dir (relay_ext.workdir.files.tuning_lock): a second tune is refused with one
 line naming the process that holds the lock, the first ends with its database whole; a killed
 holder leaves nothing locked; bench and compile read a snapshot while a tune writes."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from tvm import meta_schedule as ms
 
 from relay_ext import cli
-from relay_ext.tuning.work_dir import (
+from relay_ext.workdir.files import (
     LOCK_FILE,
     RECORD_FILE,
     WORKLOAD_FILE,
@@ -87,7 +87,7 @@ def test_readers_take_a_snapshot_while_a_tune_holds_the_lock_and_a_killed_holder
 
     holder = _child("""
         import sys, time
-        from relay_ext.tuning.work_dir import tuning_lock
+        from relay_ext.workdir.files import tuning_lock
         with tuning_lock(sys.argv[1]):
             print("held", flush=True)
             time.sleep(600)

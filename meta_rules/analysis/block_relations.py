@@ -15,7 +15,7 @@ from tvm import arith, tir
 from tvm.tir.block_scope import DepKind, StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..base.unchecked_schedule import block_realize, get_sref
+from meta_rules.base.unchecked_schedule import block_realize, get_sref
 
 GLOBAL_SCOPES = ("", "global")
 _PRODUCING_DEPS = (DepKind.RAW, DepKind.WAW)

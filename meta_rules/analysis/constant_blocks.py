@@ -22,7 +22,7 @@ from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule import _ffi_api as _schedule_api
 from tvm.tir.schedule.analysis import is_output_block
 
-from ..base.tvm_errors import tvm_error_message
+from meta_rules.base.tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..analysis.block_relations import live_block_sref
-from .tvm_errors import tvm_error_message
+from meta_rules.analysis.block_relations import live_block_sref
+from meta_rules.base.tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -75,10 +75,10 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..base.custom_rules import SCHEDULE_RULE_KEY
-from ..base.tvm_errors import tvm_error_message
-from .amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
-from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
+from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.cpu.amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
+from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
 

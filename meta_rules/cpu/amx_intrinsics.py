@@ -43,7 +43,7 @@ from tvm import tir
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tir as T
 
-from .amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_words, tile_config
+from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_words, tile_config
 
 STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
 # the names AMXConvShape.intrinsic makes: stride (absent: 1), row block, rows per tile, 64-channel blocks

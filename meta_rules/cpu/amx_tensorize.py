@@ -19,9 +19,9 @@ from tvm.meta_schedule.postproc import Postproc, PyPostproc
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import Schedule
 
-from ..base.tvm_errors import tvm_error_message
-from .amx_conv import AMX_ANNOTATION
-from .amx_intrinsics import register_intrinsic_by_name
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.cpu.amx_conv import AMX_ANNOTATION
+from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name
 
 logger = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ import tvm
 from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..base.custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
-from ..base.tvm_errors import tvm_error_message
+from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
+from meta_rules.base.tvm_errors import tvm_error_message
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ is not supported yet"): the whole model fails to compile. This postproc, placed 
 ``RewriteLayout``, rejects such candidates, so the search never measures one. A layout of two or
 more dimensions, or a one-dimensional parameter kept one-dimensional, passes.
 :func:`flattened_layout_rewrites` is the analysis alone, which compilation also uses to skip such
-records in databases tuned without this postproc (``relay_ext.tuning.build``).
+records in databases tuned without this postproc (``relay_ext.lowering.relay_build``).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import Iterable, List
 
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..analysis.constant_blocks import try_compute_inline
-from ..base.custom_rules import register_for_every_key
+from meta_rules.analysis.constant_blocks import try_compute_inline
+from meta_rules.base.custom_rules import register_for_every_key
 
 RULE_NAME = "compute_inline"
 

@@ -30,7 +30,7 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..analysis.constant_blocks import block_of, is_constant_block, try_compute_inline
+from meta_rules.analysis.constant_blocks import block_of, is_constant_block, try_compute_inline
 
 
 @derived_object

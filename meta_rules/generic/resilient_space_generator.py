@@ -28,8 +28,8 @@ from tvm.meta_schedule.space_generator import PySpaceGenerator
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir import Schedule
 
-from ..base.tvm_errors import tvm_error_message
-from .inline_constant_blocks import InlineConstantBlocks
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.generic.inline_constant_blocks import InlineConstantBlocks
 
 logger = logging.getLogger(__name__)
 

@@ -87,7 +87,7 @@ def register_database_intrinsics(target: Union[str, Target, None],
     not registered fails the whole load): the families of ``target`` (all where None) and the AMX
     conv intrinsics the records in ``work_dir`` name (one per conv shape,
     :func:`meta_rules.cpu.amx_intrinsics.register_intrinsics_named_in`); the AMX names."""
-    from ..cpu.amx_intrinsics import register_intrinsics_named_in  # pylint: disable=import-outside-toplevel
+    from meta_rules.cpu.amx_intrinsics import register_intrinsics_named_in  # pylint: disable=import-outside-toplevel
 
     register_tensor_intrinsics(target)
     return register_intrinsics_named_in(work_dir)

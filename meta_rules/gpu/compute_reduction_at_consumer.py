@@ -47,15 +47,15 @@ from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule.analysis import is_output_block
 
-from ..analysis.block_relations import (GLOBAL_SCOPES,
+from meta_rules.analysis.block_relations import (GLOBAL_SCOPES,
                                         consumers,
                                         in_own_plain_loops,
                                         injective_in_block_iters,
                                         is_spatial,
                                         single_point_read,
                                         under_a_loop)
-from ..base.structural_rule import StructuralRule
-from ..base.unchecked_schedule import compute_at, get_consumers, get_loops, set_scope
+from meta_rules.base.structural_rule import StructuralRule
+from meta_rules.base.unchecked_schedule import compute_at, get_consumers, get_loops, set_scope
 
 
 def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV, sref: StmtSRef) -> Optional[str]:

@@ -46,9 +46,9 @@ from tvm.meta_schedule.utils import derived_object
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from ..analysis.block_relations import is_spatial, producers
-from ..base.structural_rule import StructuralRule
-from ..base.unchecked_schedule import reverse_compute_inline
+from meta_rules.analysis.block_relations import is_spatial, producers
+from meta_rules.base.structural_rule import StructuralRule
+from meta_rules.base.unchecked_schedule import reverse_compute_inline
 
 INLINE_RULE_ANN = "meta_schedule.inline_rule"      # tir.attr.meta_schedule_inline_rule
 AUTO_TENSORIZE_ANN = "meta_schedule.auto_tensorize"  # tir.attr.meta_schedule_auto_tensorize

@@ -47,8 +47,8 @@ from tvm.meta_schedule.utils import derived_object
 from tvm.target import Target
 from tvm.tir.schedule import Schedule
 
-from ..base.tvm_errors import tvm_error_message
-from .verifier import (GPULimits,
+from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.gpu.verifier import (GPULimits,
                        Rejection,
                        RejectionBook,
                        TaskStats,
@@ -57,7 +57,7 @@ from .verifier import (GPULimits,
                        lowered_rejections,
                        lowering_passes,
                        thread_extent_rejections)
-from .verifier.reasons import log_pending
+from meta_rules.gpu.verifier.reasons import log_pending
 
 logger = logging.getLogger(__name__)
 

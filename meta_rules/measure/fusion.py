@@ -22,8 +22,8 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-from ..analysis.tir_walk import child_stmts
-from ..rule_sets import TargetLike, as_target, check_variant, space_generator
+from meta_rules.analysis.tir_walk import child_stmts
+from meta_rules.rule_sets import TargetLike, as_target, check_variant, space_generator
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-from ..rule_sets import postprocs
+from meta_rules.rule_sets import postprocs
 
 
 def initialised_postprocs(mod: tvm.IRModule, target: tvm.target.Target,

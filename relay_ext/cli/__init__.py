@@ -14,6 +14,6 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 def main(argv=None) -> int:
     """``quantfuse`` (the console script): run the command in ``argv``; the exit code."""
-    from .entry_point import run  # pylint: disable=import-outside-toplevel
+    from relay_ext.cli.entry_point import run  # pylint: disable=import-outside-toplevel
 
     return run(argv)

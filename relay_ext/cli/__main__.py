@@ -1,5 +1,5 @@
 """``python -m relay_ext.cli``: the same as the ``quantfuse`` console script."""
 
-from . import main
+from relay_ext.cli import main
 
 raise SystemExit(main())

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from . import EXIT_INTERRUPTED
-from .inputs import (
+from relay_ext.cli import EXIT_INTERRUPTED
+from relay_ext.cli.inputs import (
     check_model,
     check_runs_here,
     checked_variant,
@@ -26,13 +26,13 @@ from .inputs import (
     work_dir_locked,
     writable_dir,
 )
-from .parser import BadInput
-from .progress import ProgressPrinter
+from relay_ext.cli.parser import BadInput
+from relay_ext.cli.progress_bar import ProgressPrinter
 
 
 def search_strategy():
     """MetaSchedule's search strategy for ``quantfuse tune`` (tests replace it by a small one)."""
-    from relay_ext.tuning.search_sizing import default_search
+    from relay_ext.tuning.strategy import default_search
 
     return default_search()
 
@@ -112,7 +112,7 @@ def cmd_tune(args) -> int:
 
 def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
     from relay_ext.tuning import read_tuning_summary, tune
-    from relay_ext.tuning.work_dir import repair_database
+    from relay_ext.workdir.files import repair_database
 
     before = work_dir_checked(repair_database, work_dir)
     work_dir_checked(run.check_same_run, work_dir)
@@ -177,10 +177,10 @@ def bench(loaded, database, work_dir: Optional[Path], target, variant: str = "ou
     written. With a work dir the never-slower rule's timings are kept there
     (``NEVER_SLOWER_FILE``): a second bench times no task again. ``peers``: time OpenVINO and PyTorch
     Inductor too; ``builtin_model``: the built-in model's name (its PT2E program for Inductor)."""
-    from relay_ext.report.latency import measure_latency
-    from relay_ext.report.latency_report import write_report
+    from relay_ext.bench.run import measure_latency
+    from relay_ext.bench.report import write_report
     from relay_ext.report.tables import text_table
-    from relay_ext.tuning.work_dir import NEVER_SLOWER_FILE
+    from relay_ext.workdir.files import NEVER_SLOWER_FILE
 
     result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
                              threads=threads, onnx_model=onnx_model, never_slower=never_slower,
@@ -214,7 +214,7 @@ def bench(loaded, database, work_dir: Optional[Path], target, variant: str = "ou
 
 
 def cmd_bench(args) -> int:
-    from relay_ext.tuning.work_dir import open_tuned_database
+    from relay_ext.workdir.files import open_tuned_database
 
     check_model(args)
     checked_variant(args.variant)

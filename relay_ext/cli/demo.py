@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import time
 
-from . import EXIT_FAILED
-from .commands import bench, measured_line, onnx_export_for_bench, print_fusion_table
-from .inputs import resolve_target, writable_dir
+from relay_ext.cli import EXIT_FAILED
+from relay_ext.cli.commands import bench, measured_line, onnx_export_for_bench, print_fusion_table
+from relay_ext.cli.inputs import resolve_target, writable_dir
 
 MODEL = "tiny_resnet"
 FUSION_TARGET = "nvidia/nvidia-a100"
@@ -29,7 +29,7 @@ def cmd_demo(args) -> int:
     from relay_ext.lowering.targets import host_llvm_target
     from relay_ext.report.fusion import fusion_report
     from relay_ext.tuning import extract_tasks, read_tuning_summary, tune
-    from relay_ext.tuning.work_dir import RunDescription
+    from relay_ext.workdir.files import RunDescription
 
     start = time.monotonic()
     work_dir = writable_dir(args.work_dir)

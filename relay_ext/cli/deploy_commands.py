@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .inputs import (
+from relay_ext.cli.inputs import (
     check_model,
     check_runs_here,
     checked_variant,
@@ -22,7 +22,7 @@ from .inputs import (
     warn_if_generic_llvm,
     work_dir_checked,
 )
-from .parser import BadInput
+from relay_ext.cli.parser import BadInput
 
 
 def cmd_export(args) -> int:
@@ -39,7 +39,7 @@ def cmd_export(args) -> int:
     check_runs_here(target)  # nor one whose code this CPU cannot run
     database = cache_path = None
     if args.work_dir is not None:
-        from relay_ext.tuning.work_dir import NEVER_SLOWER_FILE, open_tuned_database
+        from relay_ext.workdir.files import NEVER_SLOWER_FILE, open_tuned_database
 
         cache_path = Path(args.work_dir) / NEVER_SLOWER_FILE  # bench's timings, kept there
         database = work_dir_checked(open_tuned_database, Path(args.work_dir))

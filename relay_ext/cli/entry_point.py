@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
-from .parser import BadInput, build_parser
+from relay_ext.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
+from relay_ext.cli.parser import BadInput, build_parser
 
 # command -> (module of relay_ext.cli, function): imported when the command runs, so that 'run'
 # (deploy_commands) never imports the tuning flow that commands.py and demo.py import
@@ -87,9 +87,9 @@ def _with_native_log(args, command) -> int:
     """Run ``command`` with TVM's native log lines in a file, not on the terminal: the work dir's
     ``logs/tvm.log`` when the command has a work dir that exists at the end, else a temporary
     file. One summary line goes to stderr (not after bad input: that stays one error line)."""
-    from relay_ext.tuning.work_dir import TVM_LOG_FILE
+    from relay_ext.workdir.files import TVM_LOG_FILE
 
-    from .native_log import native_log_to
+    from relay_ext.cli.native_log import native_log_to
 
     captured = Path(tempfile.mkdtemp(prefix="quantfuse-log-")) / TVM_LOG_FILE
     bad_input = False
@@ -109,7 +109,7 @@ def _with_native_log(args, command) -> int:
 def _keep_native_log(captured: Path, work_dir: Optional[str]) -> Path:
     """Append the captured lines to ``work_dir/logs/tvm.log`` when the work dir exists (else keep
     the temporary file); an empty capture is removed. Returns where the lines are."""
-    from relay_ext.tuning.work_dir import LOG_DIR
+    from relay_ext.workdir.files import LOG_DIR
 
     if not captured.exists() or captured.stat().st_size == 0:
         captured.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """The command line's input, checked once where it comes in: every check that can fail on what
 the user typed raises :class:`~relay_ext.cli.parser.BadInput` (one line, exit code 2), before
 anything slow runs. What passes is resolved into the objects the library trusts: a normalised
-Target, a :class:`~relay_ext.tuning.work_dir.RunDescription`, a loaded model."""
+Target, a :class:`~relay_ext.workdir.files.RunDescription`, a loaded model."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
-from .parser import BadInput
+from relay_ext.cli.parser import BadInput
 
 logger = logging.getLogger("quantfuse")
 
@@ -170,7 +170,7 @@ def _pt2e_model(args):
 
 def run_description(args, target):
     """What --model, --input-shape, --image-size, --layout, --target and --variant describe."""
-    from relay_ext.tuning.work_dir import RunDescription
+    from relay_ext.workdir.files import RunDescription
 
     model_file = is_model_file(args.model)
     shape = ",".join(map(str, parse_shape(args.input_shape))) if model_file and args.input_shape \
@@ -197,7 +197,7 @@ def writable_dir(path: str) -> Path:
 
 def work_dir_checked(check, *args):
     """``check(*args)``, a work-dir check of the library, with its WorkDirError as BadInput."""
-    from relay_ext.tuning.work_dir import NotADatabaseError, WorkDirError
+    from relay_ext.workdir.files import NotADatabaseError, WorkDirError
 
     try:
         return check(*args)
@@ -210,7 +210,7 @@ def work_dir_checked(check, *args):
 @contextlib.contextmanager
 def work_dir_locked(work_dir: Path) -> Iterator[None]:
     """The work dir's tuning lock held for the block; another tune holding it is BadInput."""
-    from relay_ext.tuning.work_dir import WorkDirBusy, tuning_lock
+    from relay_ext.workdir.files import WorkDirBusy, tuning_lock
 
     with contextlib.ExitStack() as stack:
         try:
@@ -235,7 +235,7 @@ def rpc_runner(rpc: Optional[str], target=None):
     (rpc_tracker.WatchedRPCRunner: a server that dies never hangs the tune). For a ``target``
     with AMX a server must also hold the kernel's permission for AMX tile data."""
     from meta_rules.cpu.amx_tiles import target_has_amx
-    from relay_ext.tuning import rpc_tracker
+    from relay_ext.measure import rpc_tracker
 
     if rpc is None:
         return "local"

@@ -44,10 +44,10 @@ from tvm import relay
 from meta_rules.cpu.amx_conv import target_has_amx
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.targets import check_runs_here, normalize_target, resolve_target
-from ..tuning.build import copy_module
-from .build import TunedBuild, tuned_build, untuned_build
-from .runtime import FORMAT, file_digest, manifest_path
+from relay_ext.lowering.targets import check_runs_here, normalize_target, resolve_target
+from relay_ext.lowering.relay_build import copy_module
+from relay_ext.build.tuned import TunedBuild, tuned_build, untuned_build
+from relay_ext.deploy.runtime import FORMAT, file_digest, manifest_path
 
 logger = logging.getLogger(__name__)
 

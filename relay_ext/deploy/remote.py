@@ -19,7 +19,7 @@ from typing import Tuple
 
 import tvm.rpc
 
-from .runtime import DeployError, DeployedModel, PathLike, graph_executor_of, read_manifest
+from relay_ext.deploy.runtime import DeployError, DeployedModel, PathLike, graph_executor_of, read_manifest
 
 CONNECT_TIMEOUT_S = 5.0
 SESSION_TIMEOUT_S = 600  # the server ends a session (and frees itself) after this long

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import tvm.runtime
 
-from ..lowering.x86.amx_permission import AMX_INT8_FLAGS, request_tile_data
+from relay_ext.lowering.x86.amx_permission import AMX_INT8_FLAGS, request_tile_data
 
 PathLike = Union[str, Path]
 FORMAT = "quantfuse-deploy/1"  # model.json's "format"

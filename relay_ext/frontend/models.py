@@ -30,9 +30,9 @@ from tvm import relay
 
 from meta_rules.base.tvm_errors import tvm_error_message
 
-from . import quantizable_nets
-from . import torch_quantized_ops
-from .eager_quantization import (quantize_eager, quiet_torch_quantization_warnings, random_batches,
+from relay_ext.frontend import quantizable_nets
+from relay_ext.frontend import torch_quantized_ops
+from relay_ext.frontend.eager_quantization import (quantize_eager, quiet_torch_quantization_warnings, random_batches,
                                  seeded_float_model)
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class LoadedModel:
     ``reference`` (input array -> first output) named ``reference_name``, or, when ``reference`` is
     None, the TorchScript module (``reference_name`` "PyTorch int8"). An ONNX model has no
     ``torchscript`` and ONNX Runtime running the QDQ graph as written as its reference
-    (:mod:`relay_ext.frontend.onnx_import`, :mod:`relay_ext.frontend.onnx_runtime`).
+    (:mod:`relay_ext.frontend.onnx_import`, :mod:`relay_ext.frontend.onnx_reference`).
     """
 
     name: str

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import eager_quantization, models
-from .optional_deps import require_onnx, require_onnxruntime_quantization
+from relay_ext.frontend import eager_quantization, models
+from relay_ext.frontend.optional_deps import require_onnx, require_onnxruntime_quantization
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ quantized model whose convs and dense layers all stayed float is refused, and a 
 logged.
 
 The reference runtime is ONNX Runtime on the CPU running the QDQ graph as written
-(:class:`~relay_ext.frontend.onnx_runtime.OnnxRuntimeReference`; its int8 kernels can saturate on
+(:class:`~relay_ext.frontend.onnx_reference.OnnxRuntimeReference`; its int8 kernels can saturate on
 CPUs without VNNI, see that module), and ``output_scale`` the scale of the ``DequantizeLinear``
 that produces the model's output, so :func:`relay_ext.report.accuracy.step_error` counts TVM's
 distance from the model in output steps.
@@ -32,12 +32,12 @@ from tvm import relay
 
 from meta_rules.base.tvm_errors import tvm_error_message
 
-from .models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
-from .onnx_runtime import OnnxRuntimeReference
+from relay_ext.frontend.models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
+from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 # integer_ops, check_integer_compute: the QNN passes shared with the PT2E import; op_counts and
 # FLOAT_COMPUTE_OPS stay importable from here, as before they moved.
-from .qnn_passes import FLOAT_COMPUTE_OPS, check_integer_compute, integer_ops, op_counts  # noqa: F401
-from .optional_deps import require_onnx, require_onnxruntime
+from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, check_integer_compute, integer_ops, op_counts  # noqa: F401
+from relay_ext.frontend.optional_deps import require_onnx, require_onnxruntime
 
 logger = logging.getLogger(__name__)
 

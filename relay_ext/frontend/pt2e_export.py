@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .optional_deps import require_torchao
+from relay_ext.frontend.optional_deps import require_torchao
 
 logger = logging.getLogger(__name__)
 

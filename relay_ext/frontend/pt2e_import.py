@@ -54,11 +54,11 @@ from tvm import relay
 
 from meta_rules.base.tvm_errors import tvm_error_message
 
-from .models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
-from .optional_deps import require_torchao
-from .pt2e_graph import ConverterError, GraphConverter, UnsupportedOperator, op_name
-from .pt2e_ops import CONVERTERS
-from .qnn_passes import check_integer_compute, integer_ops, op_counts
+from relay_ext.frontend.models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
+from relay_ext.frontend.optional_deps import require_torchao
+from relay_ext.frontend.pt2e_graph import ConverterError, GraphConverter, UnsupportedOperator, op_name
+from relay_ext.frontend.pt2e_ops import CONVERTERS
+from relay_ext.frontend.qnn_passes import check_integer_compute, integer_ops, op_counts
 
 logger = logging.getLogger(__name__)
 

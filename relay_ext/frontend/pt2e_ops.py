@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tvm import relay
 
-from .pt2e_graph import DEQUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
+from relay_ext.frontend.pt2e_graph import DEQUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
 
 
 def _pair(value: Any, length: int = 2) -> tuple[int, ...]:

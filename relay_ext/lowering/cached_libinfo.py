@@ -8,7 +8,7 @@ the 16x16 EfficientNet-style test net called it 3,206 times and spent 22.5 of it
 (``cProfile``, 2026-12-01). The settings are fixed when TVM is compiled, so :func:`install` gives
 the TE compiler a ``libinfo`` that reads them once and hands out copies.
 
-    install()   # idempotent; relay_ext.tuning.build calls it before anything extracts or builds
+    install()   # idempotent; relay_ext.lowering.relay_build calls it before anything extracts or builds
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Any, Dict
 
 from meta_rules.rule_sets import check_variant
 
-from .inline_vector_lets import inline_vector_lets
-from .tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
+from relay_ext.lowering.inline_vector_lets import inline_vector_lets
+from relay_ext.lowering.tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
 
 # "ours" annotates Relay's scalar constants for inlining; the others keep TVM's TIR unchanged.
 CONVERTER_BY_VARIANT: Dict[str, str] = {

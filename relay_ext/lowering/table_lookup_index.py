@@ -15,7 +15,7 @@ dtype (``IntSet::CoverRange``, ``src/arith/int_set.cc``): with ``hi = 255`` the 
 bounds and zero points the calibration chose, so the same network failed or passed with another
 random calibration. :func:`register` replaces those legalizations with the same table (TVM's own
 ``create_integer_lookup_op``) indexed by the uint8 value cast to int32, where ``255 + 1`` is 256.
-Registered on import of :mod:`relay_ext.tuning.build`, before any Relay module is lowered.
+Registered on import of :mod:`relay_ext.lowering.relay_build`, before any Relay module is lowered.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from tvm.target import Target, codegen
 
 from meta_rules.cpu.amx_tiles import AMX_FEATURES
 
-from .x86 import amx_permission
+from relay_ext.lowering.x86 import amx_permission
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ disagree on rounding somewhere inside give outputs a whole number of ``scale`` s
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,10 +15,9 @@ import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
 
-from ..frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
-from ..frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
-from ..lowering.x86 import x86_codegen
-from ..tuning.build import copy_module, run_module
+from relay_ext.frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
+from relay_ext.frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
+from relay_ext.build.default import run_untuned
 
 logger = logging.getLogger(__name__)
 
@@ -51,32 +49,6 @@ def step_error(tvm_output: np.ndarray, torch_output: np.ndarray, scale: float) -
     if steps.size == 0:
         return StepError(0.0, 0.0, 1.0)
     return StepError(float(steps.max()), float(steps.mean()), float(np.mean(steps < 0.1)))
-
-
-def build_untuned(
-    mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None, target: str = "llvm"
-) -> tvm.relay.backend.executor_factory.ExecutorFactoryModule:
-    """TVM's default (untuned) build, ``relay.build(mod, target, params=params)``, under the
-    caller's PassContext (TVM's default one is opt level 2) and TVM's fallback schedules.
-
-    It builds a copy: QNN canonicalization writes the default ``rounding`` and ``compute_dtype``
-    into the attributes of every ``qnn.requantize`` it lowers (a ``const_cast`` in TVM's
-    requantize.cc), which would change the structural hash of the caller's module.
-    quantfuse's x86 code generation is installed first (:mod:`relay_ext.lowering.x86.x86_codegen`:
-    TOPI's VNNI dot product for this wheel's LLVM, else a VNNI ``-mcpu`` aborts the process).
-    """
-    x86_codegen.install()
-    return relay.build(copy_module(mod), target=target, params=params)
-
-
-def run_untuned(
-    mod: tvm.IRModule,
-    params: Mapping[str, tvm.nd.NDArray] | None,
-    inputs: Mapping[str, np.ndarray],
-    target: str = "llvm",
-) -> list[np.ndarray]:
-    """Build ``mod`` with :func:`build_untuned` and run it once on CPU with the graph executor."""
-    return run_module(build_untuned(mod, params, target), inputs)
 
 
 def compare_untuned_with_reference(model: LoadedModel, target: str = "llvm") -> StepError:
@@ -159,14 +131,3 @@ def with_torch_rounding(mod: tvm.IRModule) -> tvm.IRModule:
     return relay.transform.InferType()(rewritten)
 
 
-def build_default(mod: tvm.IRModule, params: Mapping[str, tvm.nd.NDArray] | None,
-                  target: tvm.target.Target) -> tvm.runtime.Module:
-    """TVM's untuned build (TOPI's default schedules, opt level 3, quantfuse's build options),
-    its constants folded by numpy first under the same options (ResNet-50: Relay's folding
-    compiled ~1000 constant expressions with LLVM)."""
-    from ..lowering.config import BUILD_OPTIONS  # pylint: disable=import-outside-toplevel
-    from ..tuning.builds import prefolded  # pylint: disable=import-outside-toplevel
-
-    mod, params = prefolded(mod, params, target, BUILD_OPTIONS)
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        return build_untuned(mod, params, target)

@@ -30,8 +30,8 @@ from meta_rules.generic.resilient_space_generator import (
 from meta_rules.measure import fusion
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.targets import normalize_target
-from ..tuning.tasks import lowered_tasks
+from relay_ext.lowering.targets import normalize_target
+from relay_ext.lowering.tasks import lowered_tasks
 
 
 logger = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from .fusion import DESIGN_SPACE, FusionReport, VariantResult
-from .tables import markdown_table
+from relay_ext.report.fusion import DESIGN_SPACE, FusionReport, VariantResult
+from relay_ext.report.tables import markdown_table
 
 
 def fusion_header(report: FusionReport) -> List[str]:

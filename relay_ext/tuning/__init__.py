@@ -12,11 +12,14 @@ budget), :mod:`.progress` (progress per batch), :mod:`.guards` (Ctrl-C, seeds, r
 files, its lock, what it was tuned for, and its database, repaired and opened).
 """
 
-from .build import compile_model, copy_module, graph_module, run_module
-from .flow import read_tuning_summary, recorded_counts_and_best, tune
-from .guards import TuningInterrupted, numpy_seeded
-from .tasks import TaskReport, extract_tasks, tune_contexts
-from .work_dir import SUMMARY_FILE
+from relay_ext.lowering.relay_build import copy_module
+from relay_ext.schedules.records import compile_model
+from relay_ext.measure.run import graph_module, run_module
+from relay_ext.tuning.search import read_tuning_summary, recorded_counts_and_best, tune
+from relay_ext.tuning.guards import TuningInterrupted, numpy_seeded
+from relay_ext.tuning.tasks import TaskReport, tune_contexts
+from relay_ext.lowering.tasks import extract_tasks
+from relay_ext.workdir.files import SUMMARY_FILE
 
 __all__ = [
     "SUMMARY_FILE",

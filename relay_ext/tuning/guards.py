@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import tvm
 
-from .skip_measured_search import TrialBudget
+from relay_ext.tuning.skip_measured_search import TrialBudget
 
 logger = logging.getLogger(__name__)
 

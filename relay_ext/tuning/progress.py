@@ -17,17 +17,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import statistics
 import time
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
+from relay_ext.workdir.records import valid_run_secs
 
 logger = logging.getLogger(__name__)
-
-# MetaSchedule writes this run time for a candidate that failed to build or run.
-FAILED_RUN_SECS = 1e9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +40,6 @@ class ProgressSnapshot:
     elapsed_s: Optional[float] = None  # since the tune started
     remaining_s: Optional[float] = None  # until the deadline, or estimated
     remaining_estimated: bool = False  # remaining_s is an estimate from the trial rate
-
-
-def valid_run_secs(run_secs: Optional[Sequence[float]]) -> Optional[float]:
-    """The mean run time of one measurement, or None when it failed."""
-    if not run_secs:
-        return None
-    values = [float(s) for s in run_secs]
-    mean = statistics.fmean(values)
-    return None if not math.isfinite(mean) or mean >= FAILED_RUN_SECS else mean
 
 
 @derived_object

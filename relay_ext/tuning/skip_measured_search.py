@@ -57,15 +57,14 @@ of the results (they reach the database and the cost model), so its first round 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
-from tvm.tir.schedule import Trace
+from relay_ext.workdir.records import RecordIndex, trace_key
 
 logger = logging.getLogger(__name__)
 
@@ -77,51 +76,6 @@ MAX_ALL_KNOWN_ROUNDS = 8
 # A round of an EvolutionarySearch with at least this many times as many candidates in its
 # population as the batch it was asked for, that came back short, means the design space is used up.
 SMALL_SPACE_POPULATION_RATIO = 4
-
-
-def trace_key(trace: Trace) -> str:
-    """The identity of a candidate: its trace without postprocessing, as JSON."""
-    return json.dumps(trace.simplified(remove_postproc=True).as_json(), sort_keys=True)
-
-
-def workload_hash(mod: tvm.IRModule) -> int:
-    return int(tvm.ir.structural_hash(mod))
-
-
-def records_by_workload(database: ms.Database) -> Dict[int, List[ms.database.TuningRecord]]:
-    """The records of ``database`` grouped by the :func:`workload_hash` of their workload."""
-    groups: Dict[int, List[ms.database.TuningRecord]] = {}
-    hashes: Dict[int, int] = {}  # records share their workload object: hash each one once
-    for record in database.get_all_tuning_records():
-        handle = record.workload.handle.value
-        if handle not in hashes:
-            hashes[handle] = workload_hash(record.workload.mod)
-        groups.setdefault(hashes[handle], []).append(record)
-    return groups
-
-
-class RecordIndex:
-    """The records of a database grouped per workload, and their trace keys, computed once per
-    database state and shared by the tasks of a tune (each task's ``pre_tuning`` asks for its
-    own workload; regrouping every record for every task would cost tasks x records)."""
-
-    def __init__(self):
-        self._state = None
-        self._groups: Dict[int, List[ms.database.TuningRecord]] = {}
-        self._keys: Dict[int, Set[str]] = {}
-
-    def records(self, database: ms.Database, mod: tvm.IRModule) -> List[ms.database.TuningRecord]:
-        state = (database.handle.value, len(database))
-        if state != self._state:
-            self._groups, self._keys, self._state = records_by_workload(database), {}, state
-        return self._groups.get(workload_hash(mod), [])
-
-    def keys(self, database: ms.Database, mod: tvm.IRModule) -> Set[str]:
-        records = self.records(database, mod)
-        h = workload_hash(mod)
-        if h not in self._keys:
-            self._keys[h] = {trace_key(r.trace) for r in records}
-        return self._keys[h]
 
 
 class TrialBudget:

@@ -13,9 +13,8 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
-import tvm
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import fork_seed
 from tvm.target import Target
@@ -26,14 +25,11 @@ from meta_rules.generic.resilient_space_generator import (
     GenerationOutcome,
     ResilientPostOrderApply,
 )
-from meta_rules.rule_sets import check_variant
 
-from ..lowering.config import pass_config
-from ..lowering.targets import TargetOrHost, normalize_target
-from .build import copy_module
-from .search_sizing import default_search
-from .skip_measured_search import RecordIndex, SkipMeasuredSearch, TrialBudget
-from .work_dir import LOG_DIR
+from relay_ext.tuning.strategy import default_search
+from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch, TrialBudget
+from relay_ext.workdir.records import RecordIndex
+from relay_ext.workdir.files import LOG_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +38,7 @@ StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
 
 def search_strategy(strategy: StrategyLike) -> ms.search_strategy.SearchStrategy:
     """A fresh search strategy for one task: ``"sized"`` is quantfuse's default, MetaSchedule's
-    EvolutionarySearch sized for the budget (:func:`relay_ext.tuning.search_sizing.default_search`);
+    EvolutionarySearch sized for the budget (:func:`relay_ext.tuning.strategy.default_search`);
     any other name is MetaSchedule's (``"evolutionary"`` with TVM's defaults, ``"replay-trace"``
     ...); a strategy object is cloned."""
     if strategy == "sized":
@@ -50,27 +46,6 @@ def search_strategy(strategy: StrategyLike) -> ms.search_strategy.SearchStrategy
     if isinstance(strategy, str):
         return ms.search_strategy.SearchStrategy.create(strategy)
     return strategy.clone()
-
-
-def extract_tasks(
-    mod: tvm.IRModule,
-    params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetOrHost,
-    variant: str = "ours",
-) -> List[ms.ExtractedTask]:
-    """The tuning tasks of a Relay module, lowered with ``variant``'s converter.
-
-    Works on a copy: Relay's QNN canonicalization writes attributes into the module it lowers.
-    """
-    return lowered_tasks(mod, params, normalize_target(target), check_variant(variant))
-
-
-def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-                  target: Target, variant: str) -> List[ms.ExtractedTask]:
-    """:func:`extract_tasks` for a target and variant already checked (``normalize_target``,
-    ``check_variant``), as the tuning flow and the reports pass them."""
-    return list(ms.relay_integration.extract_tasks(
-        copy_module(mod), target, params, pass_config=pass_config(variant)))
 
 
 @dataclasses.dataclass

@@ -9,11 +9,11 @@
 * :mod:`.reasons` -- why a candidate is rejected, and the counts per task.
 """
 
-from .kernel_scan import lowered_rejections
-from .limits import GPULimits, gpu_limits
-from .lowering import lower_for_verification, lowering_passes
-from .reasons import Rejection, RejectionBook, TaskStats
-from .thread_extents import thread_extent_rejections
+from meta_rules.gpu.verifier.kernel_scan import lowered_rejections
+from meta_rules.gpu.verifier.limits import GPULimits, gpu_limits
+from meta_rules.gpu.verifier.lowering import lower_for_verification, lowering_passes
+from meta_rules.gpu.verifier.reasons import Rejection, RejectionBook, TaskStats
+from meta_rules.gpu.verifier.thread_extents import thread_extent_rejections
 
 __all__ = ["GPULimits", "Rejection", "RejectionBook", "TaskStats", "gpu_limits",
            "lower_for_verification", "lowered_rejections", "lowering_passes",

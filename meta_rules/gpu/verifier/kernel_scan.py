@@ -10,8 +10,8 @@ from typing import Dict, List, Optional, Tuple
 import tvm
 from tvm import tir
 
-from .limits import GPULimits
-from .reasons import Rejection
+from meta_rules.gpu.verifier.limits import GPULimits
+from meta_rules.gpu.verifier.reasons import Rejection
 
 _DTYPE_CACHE: Dict[str, Tuple[int, int, bool]] = {}
 

@@ -6,8 +6,8 @@ from typing import List, Tuple
 
 from tvm import tir
 
-from ...analysis.tir_walk import child_stmts
-from .reasons import Rejection
+from meta_rules.analysis.tir_walk import child_stmts
+from meta_rules.gpu.verifier.reasons import Rejection
 
 _LOW = "meta_schedule.thread_extent_low_inclusive"
 _HIGH = "meta_schedule.thread_extent_high_inclusive"

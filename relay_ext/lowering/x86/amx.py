@@ -39,8 +39,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
-from ..targets import host_cpu_flags
-from .amx_permission import request_tile_data
+from relay_ext.lowering.targets import host_cpu_flags
+from relay_ext.lowering.x86.amx_permission import request_tile_data
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Everything quantfuse changes in TVM's x86 code generation, installed in one explicit call.
 
     from relay_ext.lowering.x86 import x86_codegen
-    x86_codegen.install()   # idempotent; relay_ext.tuning.build calls it on import
+    x86_codegen.install()   # idempotent; relay_ext.lowering.relay_build calls it on import
 
 * :mod:`.vnni_intrinsics` -- TVM's VNNI dot products re-registered with byte operands for the
   LLVM 22 this wheel links (else any int8 build for a VNNI ``-mcpu`` aborts the process);
@@ -16,7 +16,7 @@ Each of those modules only installs itself; this is the one place that installs 
 
 from __future__ import annotations
 
-from . import amx_layout, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics
+from relay_ext.lowering.x86 import amx_layout, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics
 
 
 def install() -> bool:

@@ -7,22 +7,16 @@
 from __future__ import annotations
 
 import logging
-from typing import List, Mapping, Optional
+from typing import Mapping, Optional
 
-import numpy as np
 import tvm
 from tvm import meta_schedule as ms
-from tvm.contrib import graph_executor
 from tvm.target import Target
 
-from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
-from meta_rules.rule_sets import check_variant
 
-from ..lowering import cached_libinfo, table_lookup_index
-from ..lowering.config import pass_config
-from ..lowering.targets import TargetOrHost, normalize_target
-from ..lowering.x86 import x86_codegen
-from .compilable_records import compilable_records
+from relay_ext.lowering import cached_libinfo, table_lookup_index
+from relay_ext.lowering.config import pass_config
+from relay_ext.lowering.x86 import x86_codegen
 
 # TVM's VNNI dot products re-registered for the LLVM 22 this wheel links (else any int8 build for
 # a VNNI -mcpu aborts the process), our VNNI conv schedule and the AMX conv layout; before anything
@@ -78,47 +72,6 @@ def copy_module(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.ir.load_json(tvm.ir.save_json(mod))
 
 
-def graph_module(
-    lib: tvm.runtime.Module,
-    inputs: Mapping[str, np.ndarray],
-    device: Optional[tvm.runtime.Device] = None,
-) -> graph_executor.GraphModule:
-    """A graph executor for a compiled module (``relay.build``'s result), inputs already set."""
-    module = graph_executor.GraphModule(lib["default"](device or tvm.cpu()))
-    for name, value in inputs.items():
-        module.set_input(name, value)
-    return module
-
-
-def run_module(
-    lib: tvm.runtime.Module,
-    inputs: Mapping[str, np.ndarray],
-    device: Optional[tvm.runtime.Device] = None,
-) -> List[np.ndarray]:
-    """Run a compiled graph module (``relay.build``'s result) once on numpy inputs; every output."""
-    module = graph_module(lib, inputs, device)
-    module.run()
-    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
-
-
-def compile_model(
-    database: ms.Database,
-    mod: tvm.IRModule,
-    params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetOrHost,
-    variant: str = "ours",
-) -> tvm.runtime.Module:
-    """Build the Relay module with the tuned records of ``database`` (graph executor factory).
-
-    Each workload gets its fastest record that Relay can build
-    (:func:`relay_ext.tuning.compilable_records.compilable_records`: a record that flattens a
-    weight's layout is passed over, with a warning). Works on a copy of ``mod``, like
-    :func:`relay_ext.tuning.extract_tasks`.
-    """
-    return build_with_records(database, mod, params, normalize_target(target),
-                              check_variant(variant))
-
-
 def compile_with(records: ms.Database, mod: tvm.IRModule,
                  params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                  variant: str) -> tvm.runtime.Module:
@@ -128,10 +81,3 @@ def compile_with(records: ms.Database, mod: tvm.IRModule,
                                               pass_config=pass_config(variant))
 
 
-def build_with_records(database: ms.Database, mod: tvm.IRModule,
-                       params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
-                       variant: str) -> tvm.runtime.Module:
-    """:func:`compile_model` for a target and variant already checked."""
-    register_tensor_intrinsics(target)  # applying a tensorized record needs its intrinsic
-    chosen = compilable_records(database)  # a faster record Relay cannot build is passed over
-    return compile_with(chosen.database, mod, params, target, variant)

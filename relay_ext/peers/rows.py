@@ -1,9 +1,9 @@
 """bench's peer runtimes: the CPU int8 runtimes a user would pick instead of quantfuse.
 
-* **OpenVINO int8** (:mod:`relay_ext.frontend.openvino_runtime`): the QDQ ONNX file ONNX Runtime's
+* **OpenVINO int8** (:mod:`relay_ext.peers.openvino`): the QDQ ONNX file ONNX Runtime's
   row runs (a built-in model's export, or the user's ``.onnx`` model), CPU plugin, bench's threads,
   LATENCY hint; checked against ONNX Runtime running that file as written.
-* **PyTorch Inductor int8** (:mod:`relay_ext.frontend.pt2e_inductor`): a PT2E program compiled by
+* **PyTorch Inductor int8** (:mod:`relay_ext.peers.inductor`): a PT2E program compiled by
   ``torch.compile`` with freezing on -- a built-in model's float network through torchao's PT2E
   flow, or a ``.pt2`` model's program itself; checked against the same program run eagerly.
 
@@ -22,13 +22,13 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ..frontend.models import LoadedModel
-from ..frontend.openvino_runtime import OPENVINO, openvino_timer, openvino_version, qdq_output_step
-from ..frontend.optional_deps import MissingDependency
-from ..frontend.pt2e_inductor import (INDUCTOR, InductorUnavailable, builtin_pt2e_program,
+from relay_ext.frontend.models import LoadedModel
+from relay_ext.peers.openvino import OPENVINO, openvino_timer, openvino_version, qdq_output_step
+from relay_ext.frontend.optional_deps import MissingDependency
+from relay_ext.peers.inductor import (INDUCTOR, InductorUnavailable, builtin_pt2e_program,
                                       compile_inductor, first_line, run_module)
-from ..tuning.timing import torch_timer
-from .accuracy import step_error
+from relay_ext.measure.timing import torch_timer
+from relay_ext.report.accuracy import step_error
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def openvino_peer(loaded: LoadedModel, number: int, threads: int,
                   onnx_model: Optional[PathLike]) -> Tuple[PeerRow, Optional[Callable[[], float]]]:
     """OpenVINO's row and timer (None when it cannot run): the model's own ONNX file, else
     ``onnx_model`` (a built-in model's export)."""
-    from ..frontend.onnx_runtime import OnnxRuntimeReference  # pylint: disable=C0415
+    from relay_ext.frontend.onnx_reference import OnnxRuntimeReference  # pylint: disable=C0415
 
     row = PeerRow(OPENVINO)
     own = isinstance(loaded.reference, OnnxRuntimeReference)
@@ -117,7 +117,7 @@ def inductor_peer(loaded: LoadedModel, number: int, builtin_model: Optional[str]
     """PyTorch Inductor's row and timer (None when it cannot run): the built-in model
     ``builtin_model``'s PT2E program, else a ``.pt2`` model's program (the module its reference
     runs)."""
-    from ..frontend.pt2e_import import float_output_step  # pylint: disable=C0415
+    from relay_ext.frontend.pt2e_import import float_output_step  # pylint: disable=C0415
 
     row = PeerRow(INDUCTOR, version=inductor_version())
     program_module = getattr(loaded.reference, "torch_module", None)

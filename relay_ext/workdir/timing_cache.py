@@ -28,7 +28,7 @@ from tvm.target import Target
 
 logger = logging.getLogger(__name__)
 
-VERSION = 2  # 2: schedules timed inside the whole model (relay_ext.tuning.in_model_timing)
+VERSION = 2  # 2: schedules timed inside the whole model (relay_ext.measure.in_model)
 
 
 def tvm_threads() -> int:

@@ -36,10 +36,10 @@ from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
 
-from ..lowering.config import BUILD_OPTIONS, pass_config
-from .never_slower_cache import TimingCache
-from .skip_measured_search import workload_hash
-from .timing import interleaved_rounds, tvm_timer
+from relay_ext.lowering.config import BUILD_OPTIONS, pass_config
+from relay_ext.workdir.timing_cache import TimingCache
+from relay_ext.workdir.records import workload_hash
+from relay_ext.measure.timing import interleaved_rounds, tvm_timer
 
 logger = logging.getLogger(__name__)
 
@@ -283,13 +283,13 @@ def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
                      params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                      variant: str) -> Dict[str, TaskVsDefault]:
     """Task name -> its comparison, each schedule timed inside the whole model
-    (:mod:`relay_ext.tuning.in_model_timing`): the model built with ``database``'s records, with
+    (:mod:`relay_ext.measure.in_model`): the model built with ``database``'s records, with
     the no-search records and with TVM's default schedules, profiled in turns. A task whose
     kernel the profiles do not name is left out (the caller times it alone)."""
-    from .in_model_timing import profile_in_model  # pylint: disable=import-outside-toplevel
+    from relay_ext.measure.in_model import profile_in_model  # pylint: disable=import-outside-toplevel
 
     def build(records: ms.Database) -> tvm.runtime.Module:
-        from .build import compile_with  # pylint: disable=import-outside-toplevel
+        from relay_ext.lowering.relay_build import compile_with  # pylint: disable=import-outside-toplevel
 
         return compile_with(records, mod, params, target, variant)
 
@@ -322,14 +322,14 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
                          no_search: Optional[ms.Database] = None,
                          in_model: bool = True) -> NeverSlower:
     """``database`` (one record per workload, as
-    :func:`relay_ext.tuning.compilable_records.compilable_records` chooses) less the records
+    :func:`relay_ext.schedules.records.compilable_records` chooses) less the records
     that run slower than TOPI's default schedule of their task (``target`` and ``variant``
     already checked). ``tasks``: the model's extracted tasks, when the caller has them.
-    ``cache_path``: a JSON file (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in a work
+    ``cache_path``: a JSON file (:data:`relay_ext.workdir.files.NEVER_SLOWER_FILE` in a work
     dir) keeping each comparison by record, target and threads
-    (:mod:`relay_ext.tuning.never_slower_cache`): a task found there is not timed again.
+    (:mod:`relay_ext.workdir.timing_cache`): a task found there is not timed again.
 
-    ``no_search``: the tasks' no-search records (:func:`relay_ext.tuning.no_search.no_search_records`,
+    ``no_search``: the tasks' no-search records (:func:`relay_ext.schedules.rule_designs.no_search_records`,
     compilable): a task without a record in ``database`` gets its no-search record (timed
     against the default like any record), and a task with one has its no-search record timed
     beside it, the faster kept -- so that a tuned build is never slower, task by task, than the
@@ -339,7 +339,7 @@ def never_slower_records(database: ms.Database, mod: tvm.IRModule,
     (:func:`measure_in_model`: three builds of the model, profiled in turns), where a task's
     weights come cold, not each task alone, warm (:func:`time_task`, ``rounds`` rounds: with
     ``in_model=False``, and for a task the profiles miss or where the model builds fail)."""
-    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+    from relay_ext.lowering.tasks import lowered_tasks
 
     if tasks is None:
         tasks = lowered_tasks(mod, params, target, variant)
@@ -428,7 +428,7 @@ def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
                          variant: str, rounds: int = ROUNDS,
                          tasks: Optional[Sequence[ms.ExtractedTask]] = None,
                          cache_path: Union[str, os.PathLike, None] = None):
-    """:func:`relay_ext.tuning.build.build_with_records` under the never-slower rule: each
+    """:func:`relay_ext.lowering.relay_build.build_with_records` under the never-slower rule: each
     workload's fastest buildable record, less those slower than their task's default schedule
     (timed on the calling thread: call it where TVM's thread pool has the threads the model
     will run with); ``tasks``: the model's extracted tasks, when the caller has them;
@@ -436,8 +436,8 @@ def compile_never_slower(database: ms.Database, mod: tvm.IRModule,
     (the graph executor factory, the :class:`NeverSlower`)."""
     from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics  # pylint: disable=C0415
 
-    from .build import compile_with  # pylint: disable=import-outside-toplevel
-    from .compilable_records import compilable_records  # pylint: disable=C0415
+    from relay_ext.lowering.relay_build import compile_with  # pylint: disable=import-outside-toplevel
+    from relay_ext.schedules.records import compilable_records  # pylint: disable=C0415
 
     register_tensor_intrinsics(target)
     chosen = compilable_records(database)

@@ -5,7 +5,7 @@
         print(layer.conv, layer.exec_type, layer.ms)   # ConvShape(...) brgconv_avx512_I8 0.071
 
 The ONNX file is compiled as bench's OpenVINO row compiles it
-(:func:`relay_ext.frontend.openvino_runtime.openvino_compiled`: CPU plugin, ``threads`` inference
+(:func:`relay_ext.peers.openvino.openvino_compiled`: CPU plugin, ``threads`` inference
 threads, LATENCY hint) with profiling on, run ``rounds`` times after a warm-up, and each executed
 node's ``real_time`` (``InferRequest.get_profiling_info``, the last inference's counters) read
 after every run: a layer's time is the median over the rounds.
@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from .openvino_runtime import openvino_compiled, openvino_timer, openvino_version
-from .optional_deps import require_openvino
+from relay_ext.peers.openvino import openvino_compiled, openvino_timer, openvino_version
+from relay_ext.frontend.optional_deps import require_openvino
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ user's ``.onnx`` model. It is compiled once, before timing, for the ``CPU`` devi
 one inference at a time on those threads, as bench times every runtime).
 
 Its output is checked against the file's meaning, ONNX Runtime running the QDQ graph as written
-(:class:`relay_ext.frontend.onnx_runtime.OnnxRuntimeReference`), in steps of the file's output
+(:class:`relay_ext.frontend.onnx_reference.OnnxRuntimeReference`), in steps of the file's output
 scale (:func:`qdq_output_step`).
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .optional_deps import require_onnx, require_openvino
+from relay_ext.frontend.optional_deps import require_onnx, require_openvino
 
 OPENVINO = "OpenVINO int8"
 PERFORMANCE_HINT = "LATENCY"
@@ -43,7 +43,7 @@ def openvino_version() -> str:
 def openvino_compiled(path: str | os.PathLike, threads: int, perf_count: bool = False) -> Any:
     """The ONNX file at ``path`` read and compiled by OpenVINO for its CPU plugin, on ``threads``
     inference threads with the LATENCY hint (see the module doc); ``perf_count``: with OpenVINO's
-    per-node counters on (:mod:`relay_ext.frontend.openvino_layers`)."""
+    per-node counters on (:mod:`relay_ext.peers.openvino_layers`)."""
     if int(threads) < 1:
         raise ValueError(f"threads must be a positive number, got {threads!r}")
     openvino = require_openvino()

@@ -8,9 +8,9 @@
 What each build gives a task:
 
 * **tuned** (``database`` given): the faster of the task's best tuned record and its no-search
-  schedule (:mod:`relay_ext.tuning.no_search`), unless TVM's default schedule of the task runs
-  faster than both (the never-slower rule, :mod:`relay_ext.tuning.never_slower`: all three
-  timed here, inside the whole model, :mod:`relay_ext.tuning.in_model_timing`). A task without a tuned record gets its no-search schedule
+  schedule (:mod:`relay_ext.schedules.rule_designs`), unless TVM's default schedule of the task runs
+  faster than both (the never-slower rule, :mod:`relay_ext.schedules.task_choice`: all three
+  timed here, inside the whole model, :mod:`relay_ext.measure.in_model`). A task without a tuned record gets its no-search schedule
   under the same rule. So a tuned build is at least as fast, task by task and within the
   timing's noise, as the no-search build -- even after a tune too short to have found, for some
   task, what the no-search design already has -- and a tune that has not reached every task
@@ -51,13 +51,13 @@ from tvm.target import Target
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
-from ..lowering.config import pass_config
-from ..lowering.prefold import prefold
-from .build import compile_with
-from .compilable_records import compilable_records
-from .never_slower import NeverSlower, TaskVsDefault, commit_copy, never_slower_records
-from .no_search import NoSearch, no_search_records
-from .skip_measured_search import workload_hash
+from relay_ext.lowering.config import pass_config
+from relay_ext.lowering.prefold import prefold
+from relay_ext.lowering.relay_build import compile_with
+from relay_ext.schedules.records import compilable_records
+from relay_ext.schedules.task_choice import NeverSlower, TaskVsDefault, commit_copy, never_slower_records
+from relay_ext.schedules.rule_designs import NoSearch, no_search_records
+from relay_ext.workdir.records import workload_hash
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +168,8 @@ def compile_builds(database: Optional[ms.Database], mod: tvm.IRModule,
     ``no_search_build``, its no-search build (see the module doc); ``target`` and ``variant``
     already checked. With ``never_slower`` the tasks are timed on the calling thread (call it
     where TVM's pool has the threads the model will run with; ``target`` must run here);
-    ``cache_path`` keeps those timings (:mod:`relay_ext.tuning.never_slower_cache`)."""
-    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+    ``cache_path`` keeps those timings (:mod:`relay_ext.workdir.timing_cache`)."""
+    from relay_ext.lowering.tasks import lowered_tasks
 
     if database is None and not no_search_build:
         raise ValueError("compile_builds: nothing to build (no database and no no-search build)")
@@ -209,7 +209,7 @@ def _model_key(tuned: NeverSlower, no_search: NeverSlower, target: Target) -> st
     """The cache key of a whole-model comparison: both builds' records, target and threads."""
     import hashlib  # pylint: disable=import-outside-toplevel
 
-    from .never_slower_cache import tvm_threads  # pylint: disable=import-outside-toplevel
+    from relay_ext.workdir.timing_cache import tvm_threads  # pylint: disable=import-outside-toplevel
 
     def traces(kept: NeverSlower) -> List[str]:
         return sorted(f"{workload_hash(r.workload.mod)}:{r.trace}"
@@ -231,9 +231,9 @@ def whole_model(tuned: tvm.runtime.Module, no_search: tvm.runtime.Module, tuned_
     Why, after choosing task by task: the per-task times do not add up to the model's. After a
     3-minute tune of int8 ResNet-18 (AMD EPYC 2-core VM, 2026-12-02) the per-task choices, timed
     inside the model, still ran 1.03x the no-search build's time in 45 paired rounds."""
-    from .never_slower import model_inputs  # pylint: disable=import-outside-toplevel
-    from .never_slower_cache import TimingCache  # pylint: disable=import-outside-toplevel
-    from .timing import interleaved_rounds, tvm_timer  # pylint: disable=import-outside-toplevel
+    from relay_ext.schedules.task_choice import model_inputs  # pylint: disable=import-outside-toplevel
+    from relay_ext.workdir.timing_cache import TimingCache  # pylint: disable=import-outside-toplevel
+    from relay_ext.measure.timing import interleaved_rounds, tvm_timer  # pylint: disable=import-outside-toplevel
 
     cache = TimingCache.open(cache_path) if cache_path is not None else None
     key = _model_key(tuned_kept, no_search_kept, target)

@@ -31,7 +31,7 @@ from typing import Callable, List, Optional, Tuple
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
 
-from .work_dir import RECORD_FILE, WORKLOAD_FILE
+from relay_ext.workdir.files import RECORD_FILE, WORKLOAD_FILE
 
 logger = logging.getLogger(__name__)
 

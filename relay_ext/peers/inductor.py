@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import eager_quantization, models
-from .optional_deps import MissingDependency
+from relay_ext.frontend import eager_quantization, models
+from relay_ext.frontend.optional_deps import MissingDependency
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def quantized_program(float_model: nn.Module, example: np.ndarray,
     """``float_model`` through torchao's PT2E flow (:func:`relay_ext.frontend.pt2e_export.quantize_pt2e`),
     or :class:`InductorUnavailable` with torchao's reason (missing, or its quantizer failing on the
     network)."""
-    from .pt2e_export import quantize_pt2e  # pylint: disable=import-outside-toplevel
+    from relay_ext.frontend.pt2e_export import quantize_pt2e  # pylint: disable=import-outside-toplevel
 
     try:
         return quantize_pt2e(float_model, example, calibration_batches)

@@ -1,4 +1,4 @@
-"""``python -m relay_ext.tuning.rpc_server``: TVM's RPC server, holding the kernel's permission
+"""``python -m relay_ext.measure.rpc_server``: TVM's RPC server, holding the kernel's permission
 for AMX tile data, for ``quantfuse tune --rpc`` with an AMX target.
 
 A candidate that uses AMX (``meta_rules.cpu.amx_conv``) dies with SIGILL in a process that did not
@@ -9,7 +9,7 @@ addition, its ``server_init_callback``: the server process asks for tile data wh
 process of each session, forked from it, inherits the permission. The server also answers
 ``quantfuse.amx_tile_data_granted()`` (a remote function, for checks and tests)::
 
-    python -m relay_ext.tuning.rpc_server --tracker TRACKER_HOST:9190 --key cpu
+    python -m relay_ext.measure.rpc_server --tracker TRACKER_HOST:9190 --key cpu
 
 ``--no-fork`` is not offered: TVM then starts each session in a fresh interpreter, which would
 not hold the permission.
@@ -24,8 +24,8 @@ from typing import List, Optional
 import tvm
 from tvm import rpc
 
-from ..lowering.x86.amx import request_amx_tile_data
-from ..lowering.x86.amx_permission import amx_tile_data_granted
+from relay_ext.lowering.x86.amx import request_amx_tile_data
+from relay_ext.lowering.x86.amx_permission import amx_tile_data_granted
 
 GRANTED_FUNCTION = "quantfuse.amx_tile_data_granted"
 
@@ -42,7 +42,7 @@ def server_init() -> None:
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m relay_ext.tuning.rpc_server",
+        prog="python -m relay_ext.measure.rpc_server",
         description="TVM's RPC server, asking the kernel for AMX tile data when it starts.")
     parser.add_argument("--host", default="0.0.0.0", help="the host IP address to listen on")
     parser.add_argument("--port", type=int, default=9090, help="the first port to try")

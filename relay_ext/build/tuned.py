@@ -4,10 +4,10 @@
     built = tuned_build(database, mod, params, target)       # the same, with the choice made
     lib = untuned_build(mod, params, target)                 # bench's "TVM untuned" row
 
-The tuned build is bench's (:func:`relay_ext.tuning.builds.compile_builds`): each task gets the
-fastest of its best buildable record, its no-search schedule (:mod:`relay_ext.tuning.no_search`;
+The tuned build is bench's (:func:`relay_ext.build.whole_model.compile_builds`): each task gets the
+fastest of its best buildable record, its no-search schedule (:mod:`relay_ext.schedules.rule_designs`;
 a task without a record gets it too) and TVM's default schedule (the never-slower rule,
-:mod:`relay_ext.tuning.never_slower`), timed here on a thread whose TVM pool has ``threads``
+:mod:`relay_ext.schedules.task_choice`), timed here on a thread whose TVM pool has ``threads``
 workers (default: every CPU, bench's default). The choice is a measurement, so
 two builds of the same database on a busy machine can differ in which tasks keep their record;
 :class:`TunedBuild` says which did.
@@ -25,11 +25,11 @@ from tvm import meta_schedule as ms
 
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..lowering.targets import check_runs_here, normalize_target
-from ..report.accuracy import build_default
-from ..tuning.builds import compile_builds
-from ..tuning.timing import with_tvm_threads
-from ..tuning.never_slower import TaskVsDefault
+from relay_ext.lowering.targets import check_runs_here, normalize_target
+from relay_ext.build.default import build_default
+from relay_ext.build.whole_model import compile_builds
+from relay_ext.measure.timing import with_tvm_threads
+from relay_ext.schedules.task_choice import TaskVsDefault
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
-from ..tuning.work_dir import CHART_FILE, REPORT_FILE
-from .latency import ONNX_RUNTIME, BenchResult
-from .tables import markdown_table
+from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
+from relay_ext.bench.run import ONNX_RUNTIME, BenchResult
+from relay_ext.report.tables import markdown_table
 
 
 COLORS = ["#2a7", "#999", "#d63", "#36c", "#a5c", "#c93", "#5aa"]

@@ -3,7 +3,7 @@
     seeded = measure_first_candidates(database, contexts, builder, runner, limit)
 
 For each tune context whose workload ``database`` holds no record yet (a resumed tune measures
-nothing again), the no-search schedule (:func:`relay_ext.tuning.no_search.context_design`, from
+nothing again), the no-search schedule (:func:`relay_ext.schedules.rule_designs.context_design`, from
 the design spaces the context already generated) is built by the tune's builder, run by its
 runner, and committed to ``database`` with the run time measured, as any search candidate is.
 The search then starts from it: MetaSchedule's EvolutionarySearch draws its initial population
@@ -24,7 +24,7 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 
-from .no_search import TaskDesign, commit_design, context_design
+from relay_ext.schedules.rule_designs import TaskDesign, commit_design, context_design
 
 logger = logging.getLogger(__name__)
 

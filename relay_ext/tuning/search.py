@@ -20,17 +20,20 @@ from tvm import meta_schedule as ms
 from meta_rules.generic.tensor_intrinsics import register_database_intrinsics
 from meta_rules.rule_sets import check_variant
 
-from ..lowering.config import build_candidate
-from ..lowering.targets import TargetOrHost, check_runs_here, normalize_target
-from ..lowering.x86.amx import request_amx_tile_data_in_worker
-from .first_candidates import measure_first_candidates
-from .guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
-from .progress import ProgressSnapshot, TuningProgress, valid_run_secs
-from .record_writes import RecordWriteCheck
-from .rpc_tracker import MeasuringStopped
-from .skip_measured_search import RecordIndex, TrialBudget
-from .tasks import StrategyLike, TaskReport, lowered_tasks, tune_contexts
-from .work_dir import SUMMARY_FILE, holds_tuning_lock, repair_database
+from relay_ext.lowering.config import build_candidate
+from relay_ext.lowering.targets import TargetOrHost, check_runs_here, normalize_target
+from relay_ext.lowering.x86.amx import request_amx_tile_data_in_worker
+from relay_ext.tuning.designs_first import measure_first_candidates
+from relay_ext.tuning.guards import TuningInterrupted, InterruptGuard, numpy_seeded, runner_threads
+from relay_ext.tuning.progress import ProgressSnapshot, TuningProgress
+from relay_ext.workdir.records import valid_run_secs
+from relay_ext.workdir.record_writes import RecordWriteCheck
+from relay_ext.measure.rpc_tracker import MeasuringStopped
+from relay_ext.tuning.skip_measured_search import TrialBudget
+from relay_ext.workdir.records import RecordIndex
+from relay_ext.tuning.tasks import StrategyLike, TaskReport, tune_contexts
+from relay_ext.lowering.tasks import lowered_tasks
+from relay_ext.workdir.files import SUMMARY_FILE, holds_tuning_lock, repair_database
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def tune(
     without the failing rule, and otherwise left to TVM's default schedule; the summary written to
     ``work_dir/tuning_summary.json`` (see :func:`read_tuning_summary`) lists them.
     ``strategy`` is the search strategy: ``"sized"`` (the default, as ``quantfuse tune``'s) is an
-    EvolutionarySearch sized for the budget (:mod:`relay_ext.tuning.search_sizing`); a MetaSchedule
+    EvolutionarySearch sized for the budget (:mod:`relay_ext.tuning.strategy`); a MetaSchedule
     name (``"evolutionary"`` for TVM's own defaults) or a SearchStrategy object is taken as it is.
 
     ``seed`` seeds every random choice of the search: each task's random state, and numpy's global
@@ -120,8 +123,8 @@ def tune(
     ``"ended_early"`` lists them, with the reason).
 
     ``first_candidates``: before the search, each task without a record gets its no-search
-    schedule (:mod:`relay_ext.tuning.no_search`) measured by the same builder and runner and
-    committed (:mod:`relay_ext.tuning.first_candidates`), among the costliest tasks as many as
+    schedule (:mod:`relay_ext.schedules.rule_designs`) measured by the same builder and runner and
+    committed (:mod:`relay_ext.tuning.designs_first`), among the costliest tasks as many as
     the budget has trials; each such
     measurement is one trial of the budget (the summary's ``"first_candidates"`` counts them).
     The search starts from those records, so a task's best is never slower than its no-search

@@ -63,7 +63,7 @@ TVM_LOG_FILE = "tvm.log"
 REPORT_FILE = "report.md"
 CHART_FILE = "latency.png"
 LOCK_FILE = "quantfuse.lock"
-# What the never-slower rule timed (relay_ext.tuning.never_slower_cache), reused by the next build.
+# What the never-slower rule timed (relay_ext.workdir.timing_cache), reused by the next build.
 NEVER_SLOWER_FILE = "never_slower_timings.json"
 
 PathLike = Union[str, os.PathLike]

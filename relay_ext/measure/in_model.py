@@ -4,7 +4,7 @@
     times["record"]["fused_nn_contrib_conv2d_..."]    # ms per call, median of the rounds
 
 Why not each task alone: a task's function built and run by itself, again and again (what
-MetaSchedule's runner and :func:`relay_ext.tuning.never_slower.time_task` do), finds its weights
+MetaSchedule's runner and :func:`relay_ext.schedules.task_choice.time_task` do), finds its weights
 and its input warm in the caches. Inside the model its weights come cold and its input from the
 layer before. On int8 ResNet-18 after a 3-minute tune (AMD EPYC 2-core VM, 2026-12-02), choosing
 per task the fastest of its record and its no-search schedule timed alone summed to 3% less

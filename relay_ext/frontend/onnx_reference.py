@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .optional_deps import require_onnxruntime
+from relay_ext.frontend.optional_deps import require_onnxruntime
 
 ModelSource = str | os.PathLike | bytes
 

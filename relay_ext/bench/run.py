@@ -3,7 +3,7 @@ int8 module, ONNX Runtime, OpenVINO and PyTorch Inductor (:mod:`.peers`).
 
 :func:`measure_latency` returns the numbers (a :class:`BenchResult`); ``quantfuse bench`` prints
 them as a table, and :func:`write_report` writes ``report.md`` and a PNG bar chart. The timing
-toolkit is :mod:`relay_ext.tuning.timing`.
+toolkit is :mod:`relay_ext.measure.timing`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,19 @@ from tvm import meta_schedule as ms
 
 from meta_rules.rule_sets import TargetLike, check_variant
 
-from ..frontend.models import LoadedModel
-from ..frontend.onnx_runtime import saturation_note
-from ..lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
-from ..tuning.builds import WholeModel, compile_builds
-from ..tuning.never_slower import TaskVsDefault
-# The timing toolkit lives in relay_ext.tuning.timing (tuning times with it too); its names are
+from relay_ext.frontend.models import LoadedModel
+from relay_ext.frontend.onnx_reference import saturation_note
+from relay_ext.lowering.targets import check_runs_here, host_cpu_flags, normalize_target, vector_flags
+from relay_ext.build.whole_model import WholeModel, compile_builds
+from relay_ext.schedules.task_choice import TaskVsDefault
+# The timing toolkit lives in relay_ext.measure.timing (tuning times with it too); its names are
 # also reachable here, where bench's callers and the benchmarks first found them.
-from ..tuning.timing import (Timing, TVMThread, cpu_ticks, interleaved_rounds, load_average,
+from relay_ext.measure.timing import (Timing, TVMThread, cpu_ticks, interleaved_rounds, load_average,
                              stolen_share, torch_timer, with_tvm_threads)
-from .accuracy import build_default, step_error
-from .peers import PeerRow, fastest, peer_timers
-from .tables import machine_description
+from relay_ext.report.accuracy import step_error
+from relay_ext.build.default import build_default
+from relay_ext.peers.rows import PeerRow, fastest, peer_timers
+from relay_ext.report.tables import machine_description
 
 # busy_warning's thresholds: a hypervisor stealing more than this share of the busy CPU time
 # while the rounds ran (a noisy Intel VM, 2026-12-03: 3-7% of the machine's time during a tune,
@@ -77,7 +78,7 @@ class BenchResult:
     # here; each task compiled with the fastest (the default only when it beat both by more than
     # never_slower.MARGIN). None: the rule was not applied.
     tasks_vs_default: Optional[List[TaskVsDefault]] = None
-    # The whole-model check of the tuned build against the no-search build (relay_ext.tuning.builds:
+    # The whole-model check of the tuned build against the no-search build (relay_ext.build.whole_model:
     # the per-task choices, or the no-search build where they ran slower as a whole); None when
     # it was not made (no work dir, --keep-slower-records).
     whole_model: Optional[WholeModel] = None
@@ -237,7 +238,7 @@ class BenchResult:
 
 TUNED, UNTUNED, PYTORCH, ONNX_RUNTIME = ("TVM tuned", "TVM untuned", "PyTorch int8",
                                        "ONNX Runtime int8")
-NO_SEARCH = "TVM no-search"  # bench without a work dir: relay_ext.tuning.no_search's build
+NO_SEARCH = "TVM no-search"  # bench without a work dir: relay_ext.schedules.rule_designs's build
 TVM_ROWS = (TUNED, NO_SEARCH, UNTUNED)
 EAGER = "eager"  # a PT2E program's eager row is "<its reference name>, eager"
 PathLike = Union[str, os.PathLike]
@@ -278,7 +279,7 @@ def reference_timers(loaded: LoadedModel, number: int, threads: int,
     Also the outputs of the timed runtimes that run the model itself but are not its reference:
     ONNX Runtime int8 for an ONNX model, whose reference is the graph as written (an export's
     output is another quantization, and PyTorch's is the reference itself)."""
-    from ..frontend.onnx_runtime import OnnxRuntimeReference, onnxruntime_timer
+    from relay_ext.frontend.onnx_reference import OnnxRuntimeReference, onnxruntime_timer
 
     timers: Dict[str, Callable[[], float]] = {}
     outputs: Dict[str, np.ndarray] = {}
@@ -314,18 +315,18 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
     configuration once as the mean of ``number`` runs.
 
     ``database`` None (bench without a work dir): the main row is the no-search build
-    (:func:`relay_ext.tuning.builds.compile_no_search`, label :data:`NO_SEARCH`) instead of
+    (:func:`relay_ext.build.whole_model.compile_no_search`, label :data:`NO_SEARCH`) instead of
     the tuned one. With a database, the no-search build is timed too, beside the tuned one, which
     takes for each task the faster of its tuned record and its no-search schedule
-    (:func:`relay_ext.tuning.builds.compile_builds`).
+    (:func:`relay_ext.build.whole_model.compile_builds`).
 
     ``cache_path``: the never-slower rule's timing cache
-    (:data:`relay_ext.tuning.work_dir.NEVER_SLOWER_FILE` in the work dir): a second bench with
+    (:data:`relay_ext.workdir.files.NEVER_SLOWER_FILE` in the work dir): a second bench with
     the same records, target and threads times no task again.
 
     ``never_slower``: a task whose best record runs slower than TVM's default schedule of the
     task (both timed here with ``threads`` threads) is compiled with the default
-    (:mod:`relay_ext.tuning.never_slower`); the result's ``tasks_vs_default`` lists them all.
+    (:mod:`relay_ext.schedules.task_choice`); the result's ``tasks_vs_default`` lists them all.
 
     ``peers``: also time OpenVINO and PyTorch Inductor (:func:`.peers.peer_timers`: each compiled
     once before the rounds, its output checked against its own reference), on ``onnx_model`` or
@@ -342,7 +343,7 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
     main = TUNED if database is not None else NO_SEARCH
     # One extraction, one generation of the no-search designs and one set of timings for both
     # builds: with a work dir the tuned row takes, task by task, the faster of the tuned record
-    # and the no-search schedule (relay_ext.tuning.builds).
+    # and the no-search schedule (relay_ext.build.whole_model).
     built = with_tvm_threads(threads, lambda: compile_builds(
         database, loaded.mod, loaded.params, target, variant, never_slower, cache_path))
     kept = built.tuned_kept if database is not None else built.no_search_kept

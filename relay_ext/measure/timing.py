@@ -1,6 +1,6 @@
 """The timing toolkit every CPU measurement of quantfuse shares: bench's interleaved rounds
-(:mod:`relay_ext.report.latency`), the never-slower rule's task timing
-(:mod:`relay_ext.tuning.never_slower`) and the benchmarks.
+(:mod:`relay_ext.bench.run`), the never-slower rule's task timing
+(:mod:`relay_ext.schedules.task_choice`) and the benchmarks.
 
 * :class:`Timing` -- seconds per round, with their median and spread;
 * :class:`TVMThread`, :func:`with_tvm_threads` -- TVM work on a thread whose pool really has the
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import tvm
 
-from .build import graph_module
+from relay_ext.measure.run import graph_module
 
 @dataclasses.dataclass
 class Timing:

@@ -47,8 +47,8 @@ and a task none of whose designs survives, or that holds no tiled block, tensori
 layout rule, has no record: Relay builds it with TVM's default schedule.
 
 Records carry :data:`UNMEASURED_RUN_SECS` (valid, slower than any real measurement) until
-something times them; :func:`relay_ext.tuning.builds.compile_no_search` then applies the never-slower rule
-(:mod:`relay_ext.tuning.never_slower`): each record timed here against TVM's default schedule of
+something times them; :func:`relay_ext.build.whole_model.compile_no_search` then applies the never-slower rule
+(:mod:`relay_ext.schedules.task_choice`): each record timed here against TVM's default schedule of
 its task, the faster kept.
 """
 
@@ -304,7 +304,7 @@ def no_search_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
     """The no-search records of ``mod``'s tasks (``target`` and ``variant`` already checked), in
     a MemoryDatabase, each with :data:`UNMEASURED_RUN_SECS`; ``tasks``: the model's extracted
     tasks, when the caller has them."""
-    from .tasks import lowered_tasks  # pylint: disable=import-outside-toplevel
+    from relay_ext.lowering.tasks import lowered_tasks
 
     register_tensor_intrinsics(target)
     if tasks is None:

@@ -127,15 +127,15 @@ def check_tracker(address: RpcAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
 
 def check_servers_run_amx(address: RpcAddress, session_timeout_s: int = 30) -> None:
     """For a tune whose candidates use AMX: one session on a server of the key must hold the
-    kernel's permission for AMX tile data (``relay_ext.tuning.rpc_server`` asks for it, TVM's
+    kernel's permission for AMX tile data (``relay_ext.measure.rpc_server`` asks for it, TVM's
     ``tvm.exec.rpc_server`` does not, and AMX code dies with SIGILL there); TrackerError saying
     what to start otherwise."""
     from tvm import rpc  # pylint: disable=import-outside-toplevel
 
     from meta_rules.base.tvm_errors import tvm_error_message  # pylint: disable=C0415
-    from .rpc_server import GRANTED_FUNCTION  # pylint: disable=import-outside-toplevel
+    from relay_ext.measure.rpc_server import GRANTED_FUNCTION  # pylint: disable=import-outside-toplevel
 
-    start = (f"start the servers with 'python -m relay_ext.tuning.rpc_server --tracker "
+    start = (f"start the servers with 'python -m relay_ext.measure.rpc_server --tracker "
              f"{address.host}:{address.port} --key {address.key}' on hosts whose OS enables "
              f"AMX, or tune for a target without AMX")
     try:
