@@ -3,6 +3,13 @@
 Importing this package registers the custom schedule rules ``compute_inline`` and
 ``quantfuse_layout_transform`` for every target key (see :mod:`meta_rules.generic.compute_inline`
 and :mod:`meta_rules.cpu.layout_transform_rule`); that is the only side effect.
+
+Folders, lowest first: ``base/`` (what every rule shares), ``analysis/`` (reading TIR), then the
+rules, one folder per kind of target that imports only those two: ``generic/`` (every target),
+``cpu/``, ``gpu/``. Each rule says for which targets it applies (``is_target_available``) and
+where it goes among TVM's defaults; :mod:`meta_rules.rule_sets` and
+:mod:`meta_rules.database_intrinsics` put the folders together per target; ``measure/`` and
+``testing/`` build on the rule sets.
 """
 
 from meta_rules.cpu.layout_transform_rule import register_layout_transform_rule
@@ -14,7 +21,7 @@ from meta_rules.gpu.reverse_inline_after_inlining import ReverseInlineAfterInlin
 from meta_rules.gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
 from meta_rules.measure import fusion
 from meta_rules.rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, schedule_rules,
-                        space_generator)
+                                  space_generator)
 
 # --- registration, in one place ------------------------------------------------------------------
 register_compute_inline()

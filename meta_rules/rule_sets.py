@@ -4,16 +4,23 @@ Variants:
 
 * ``"upstream"`` -- TVM 0.19's defaults unchanged (with its ``InlineConstantScalars``).
 * ``"legacy"``   -- TVM's defaults without ``InlineConstantScalars``: TVM before that fix.
-* ``"ours"``     -- ``InlineConstantScalars`` replaced by :class:`InlineConstantBlocks`, placed right
-  after ``ApplyCustomRule`` (which stays first), so constants are gone before any tiling or
-  AutoInline rule looks at their consumers; where the defaults reverse-inline epilogues (an
-  ``AutoInline`` with ``into_producer``: every GPU kind), :class:`ReverseInlineAfterInlining`
-  right after that AutoInline and :class:`ComputeReductionAtConsumer` right after
-  ``CrossThreadReduction``; on GPU targets TVM's ``VerifyGPUCode`` postproc is replaced by
-  :class:`VerifyLoweredGPUCode`; where TVM rewrites weight layouts (``RewriteLayout``: CPU
-  targets), :class:`RejectFlatLayoutRewrite` comes right after it; for an llvm target with AMX
-  int8 (``-mattr=+amx-tile,+amx-int8``), :class:`AMXConv` right after ``AutoInline`` and its
-  postproc :class:`TensorizeAMXConv` right after ``RewriteReductionBlock``.
+* ``"ours"``     -- ``InlineConstantScalars`` left out, and quantfuse's rules and postprocs placed
+  among the defaults, each where it says (:mod:`meta_rules.base.placement`): those that serve the
+  target (``is_target_available``) go right after the defaults they follow, or in the place of
+  those they replace. In :data:`OUR_RULES` and :data:`OUR_POSTPROCS`, in the order they are placed:
+
+  ==============================  ===============================  ===========================
+  rule or postproc                serves                           placed
+  ==============================  ===============================  ===========================
+  InlineConstantBlocks            every target                     after ApplyCustomRule
+  AMXConv                         llvm with AMX int8               after AutoInline
+  ReverseInlineAfterInlining      GPU targets                      after a reverse-inlining
+                                                                   AutoInline
+  ComputeReductionAtConsumer      GPU targets                      after CrossThreadReduction
+  VerifyLoweredGPUCode            GPU targets                      instead of VerifyGPUCode
+  TensorizeAMXConv                llvm with AMX int8               after RewriteReductionBlock
+  RejectFlatLayoutRewrite         CPU targets                      after RewriteLayout
+  ==============================  ===============================  ===========================
 
 The defaults are not copied here: TVM is asked for them by initialising an empty PostOrderApply
 with a TuneContext for the target, exactly as a tune with default rules would.
@@ -29,21 +36,23 @@ from tvm import meta_schedule as ms
 from tvm import te
 from tvm.target import Target
 
+from meta_rules.base.placement import place
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_conv import AMXConv
 from meta_rules.cpu.amx_tensorize import TensorizeAMXConv
-from meta_rules.cpu.amx_tiles import target_has_amx
 from meta_rules.cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
 from meta_rules.generic.inline_constant_blocks import InlineConstantBlocks
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
-from meta_rules.gpu.compute_reduction_at_consumer import (ComputeReductionAtConsumer,
-                                                follows_cross_thread_reduction)
-from meta_rules.gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining, follows_into_producer
+from meta_rules.gpu.compute_reduction_at_consumer import ComputeReductionAtConsumer
+from meta_rules.gpu.reverse_inline_after_inlining import ReverseInlineAfterInlining
 from meta_rules.gpu.verify_lowered_gpu_code import VerifyLoweredGPUCode
 
 logger = logging.getLogger(__name__)
 
 VARIANTS = ("ours", "upstream", "legacy")
+# quantfuse's schedule rules and postprocs, in the order "ours" places them among TVM's defaults
+OUR_RULES = (InlineConstantBlocks, AMXConv, ReverseInlineAfterInlining, ComputeReductionAtConsumer)
+OUR_POSTPROCS = (VerifyLoweredGPUCode, TensorizeAMXConv, RejectFlatLayoutRewrite)
 
 TargetLike = Union[str, Target]
 PostOrderApplyDefaults = Tuple[List[ms.ScheduleRule], List[ms.Postproc], Dict[ms.Mutator, float]]
@@ -113,39 +122,12 @@ def _edit_rules(rules: List[ms.ScheduleRule], variant: str,
     if variant == "upstream":
         return rules
     rules = [r for r in rules if not isinstance(r, ms.schedule_rule.InlineConstantScalars)]
-    if variant == "ours":
-        custom = [i for i, r in enumerate(rules) if isinstance(r, ms.schedule_rule.ApplyCustomRule)]
-        rules.insert(custom[0] + 1 if custom else 0, InlineConstantBlocks())
-        if target_has_amx(target):
-            rules = _insert_after(rules, lambda r: isinstance(r, ms.schedule_rule.AutoInline),
-                                  AMXConv)
-        if any(follows_into_producer(r) for r in rules):
-            rules = _insert_after(rules, follows_into_producer, ReverseInlineAfterInlining)
-            rules = _insert_after(rules, follows_cross_thread_reduction, ComputeReductionAtConsumer)
-    return rules
-
-
-def _insert_after(rules: list, where, make) -> list:
-    """``rules`` (schedule rules or postprocs) with a new ``make()`` right after every one for
-    which ``where(rule)`` holds."""
-    edited = []
-    for rule in rules:
-        edited.append(rule)
-        if where(rule):
-            edited.append(make())
-    return edited
+    return place(rules, OUR_RULES, target) if variant == "ours" else rules
 
 
 def _edit_postprocs(procs: List[ms.Postproc], variant: str,
                     target: Target) -> List[ms.Postproc]:
-    if variant != "ours":
-        return procs
-    procs = [VerifyLoweredGPUCode() if isinstance(p, ms.postproc.VerifyGPUCode) else p for p in procs]
-    if target_has_amx(target):
-        procs = _insert_after(procs, lambda p: isinstance(p, ms.postproc.RewriteReductionBlock),
-                              TensorizeAMXConv)
-    return _insert_after(procs, lambda p: isinstance(p, ms.postproc.RewriteLayout),
-                         RejectFlatLayoutRewrite)
+    return place(procs, OUR_POSTPROCS, target) if variant == "ours" else procs
 
 
 def rule_set(target: TargetLike, variant: str = "ours") -> PostOrderApplyDefaults:
@@ -165,9 +147,8 @@ def schedule_rules(target: TargetLike, variant: str = "ours") -> List[ms.Schedul
 
 
 def postprocs(target: TargetLike, variant: str = "ours") -> List[ms.Postproc]:
-    """The postprocessors of ``variant`` for ``target``: TVM's defaults, except that ``"ours"``
-    replaces TVM's ``VerifyGPUCode`` (GPU targets only) by :class:`VerifyLoweredGPUCode` and adds
-    :class:`RejectFlatLayoutRewrite` after ``RewriteLayout`` (CPU targets)."""
+    """The postprocessors of ``variant`` for ``target``: TVM's defaults, with ``"ours"``'s own
+    placed among them (see the module doc)."""
     return rule_set(target, variant)[1]
 
 

@@ -8,7 +8,7 @@ from tvm import te
 
 import meta_rules
 from meta_rules.measure import fusion
-from meta_rules.testing.te_workloads import quantized_conv2d_nhwc, quantized_dense, scalar_constant
+from meta_rules.testing.te_workloads import quantized_conv2d_nhwc, quantized_dense
 
 A100 = "nvidia/nvidia-a100"  # sm_80: TVM picks its cuda-tensorcore defaults
 PLAIN_CUDA = ("cuda -arch=sm_70 -max_threads_per_block=1024 -max_shared_memory_per_block=49152 "

@@ -130,3 +130,82 @@ def test_ours_rejects_flat_layouts_right_after_tvm_rewrites_them(name):
         assert len(ours) == len(upstream) + 1
     else:
         assert meta_rules.RejectFlatLayoutRewrite not in ours
+
+
+def _names(items):
+    """Class names, ours by the class ``@derived_object`` wrapped."""
+    return [type(getattr(item, "_inst", item)).__name__ for item in items]
+
+
+# "ours" for one target of each kind of rule set, in full: what placing the rules must give.
+OURS = {
+    "llvm -num-cores 2": (
+        ["ApplyCustomRule", "InlineConstantBlocks", "AutoInline", "AddRFactor", "MultiLevelTiling",
+         "ParallelizeVectorizeUnroll", "RandomComputeLocation"],
+        ["DisallowDynamicLoop", "RewriteParallelVectorizeUnroll", "RewriteReductionBlock",
+         "RewriteLayout", "RejectFlatLayoutRewrite"]),
+    "llvm -mcpu=sapphirerapids -num-cores 2": (
+        ["ApplyCustomRule", "InlineConstantBlocks", "AutoInline", "AMXConv", "AddRFactor",
+         "MultiLevelTilingWithIntrin", "MultiLevelTiling", "ParallelizeVectorizeUnroll",
+         "RandomComputeLocation"],
+        ["DisallowDynamicLoop", "RewriteParallelVectorizeUnroll", "RewriteReductionBlock",
+         "TensorizeAMXConv", "RewriteTensorize", "RewriteLayout", "RejectFlatLayoutRewrite"]),
+    TARGETS["cuda"]: (
+        ["ApplyCustomRule", "InlineConstantBlocks", "MultiLevelTiling", "AutoInline",
+         "ReverseInlineAfterInlining", "CrossThreadReduction", "ComputeReductionAtConsumer",
+         "ParallelizeVectorizeUnroll", "AutoBind"],
+        ["DisallowDynamicLoop", "RewriteCooperativeFetch", "RewriteUnboundBlock",
+         "RewriteParallelVectorizeUnroll", "RewriteReductionBlock", "VerifyLoweredGPUCode"]),
+}
+
+
+@pytest.mark.parametrize("target", list(OURS))
+def test_ours_places_each_rule_where_it_says(target):
+    rules, procs, _ = meta_rules.rule_set(target, "ours")
+    assert (_names(rules), _names(procs)) == OURS[target]
+
+
+def test_each_rule_says_for_which_targets_it_applies():
+    from meta_rules.rule_sets import OUR_POSTPROCS, OUR_RULES
+
+    cpu, amx, gpu = (tvm.target.Target(t) for t in ("llvm", "llvm -mcpu=sapphirerapids", "vulkan"))
+    serves = {type(r._inst).__name__: [r.is_target_available(t) for t in (cpu, amx, gpu)]
+              for r in (make() for make in OUR_RULES + OUR_POSTPROCS)}
+    assert serves == {
+        "InlineConstantBlocks": [True, True, True],
+        "AMXConv": [False, True, False],
+        "ReverseInlineAfterInlining": [False, False, True],
+        "ComputeReductionAtConsumer": [False, False, True],
+        "VerifyLoweredGPUCode": [False, False, True],
+        "TensorizeAMXConv": [False, True, False],
+        "RejectFlatLayoutRewrite": [True, True, False],
+    }
+
+
+class _Rule:
+    def is_target_available(self, target):
+        return target == "here"
+
+
+def test_place_puts_a_rule_after_each_default_it_follows_or_instead_of_one_it_replaces():
+    from meta_rules.base.placement import Placement, place
+
+    class After(_Rule, Placement):
+        def follows(self, default):
+            return default == "a"
+
+    class Instead(_Rule, Placement):
+        def replaces(self, default):
+            return default == "b"
+
+    class First(_Rule, Placement):
+        leads_otherwise = True
+
+    def names(items):
+        return [type(i).__name__ if isinstance(i, _Rule) else i for i in items]
+
+    assert names(place(["a", "b", "a"], [After, Instead, First], "here")) == \
+        ["First", "a", "After", "Instead", "a", "After"]
+    assert place(["a", "b"], [After, Instead, First], "elsewhere") == ["a", "b"]
+    placed = place(["a", "x", "a"], [After], "here")
+    assert placed[1] is not placed[4]  # a fresh rule at each place

@@ -83,8 +83,8 @@ _INTRINSIC_HASHES = """
 
 
 def test_the_fast_import_registers_what_tvms_own_import_does():
-    """register_tensor_intrinsics(None) parses the families with shallow TVMScript stacks (18.9 s
-    -> 3.0 s with PyTorch and ONNX loaded); every intrinsic comes out the same."""
+    """register_tensor_intrinsics(None) parses the families with shallow TVMScript stacks (the
+    times are in docs/BENCHMARKS.md); every intrinsic comes out the same."""
     ours = _in_child(_INTRINSIC_HASHES.format(
         importer="from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics; "
                  "register_tensor_intrinsics(None)"))

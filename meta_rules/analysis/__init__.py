@@ -1,3 +1,3 @@
-"""Reading TIR: block relations, constant blocks, statement walks. Imports only
-:mod:`meta_rules.base`.
+"""Reading TIR, never changing a schedule: block relations, constant blocks, statement walks.
+Imports only :mod:`meta_rules.base`.
 """

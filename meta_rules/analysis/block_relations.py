@@ -15,24 +15,10 @@ from tvm import arith, tir
 from tvm.tir.block_scope import DepKind, StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from meta_rules.base.unchecked_schedule import block_realize, get_sref
+from meta_rules.base.unchecked_schedule import block_realize
 
 GLOBAL_SCOPES = ("", "global")
 _PRODUCING_DEPS = (DepKind.RAW, DepKind.WAW)
-
-
-def live_block_sref(sch: Schedule, block_rv: BlockRV) -> Optional[StmtSRef]:
-    """The sref of ``block_rv``, or None when an earlier primitive removed the block (inlined it).
-
-    MetaSchedule's PostOrderApply only hands a rule blocks that still exist; this guards direct
-    calls. Any other error from TVM is raised.
-    """
-    try:
-        return get_sref(sch, block_rv)
-    except ValueError as err:
-        if "no longer exists" in str(err):
-            return None
-        raise
 
 
 def scope_root(sref: StmtSRef) -> StmtSRef:

@@ -4,9 +4,9 @@ A rule subclasses :class:`StructuralRule` and supplies three methods: ``blocker`
 that says why a block must be left alone (None when the rule may act), ``transform``, which
 applies TVM's schedule primitives, and ``clone``, which must return an instance of the class as
 ``@derived_object`` wrapped it (the name the module exports): inside a method, ``type(self)`` is
-the unwrapped class, and MetaSchedule crashes on a clone that is not a TVM object. A primitive that refuses (a ``ScheduleError``, raised before TVM
-changes anything) leaves the schedule as it was; the refusal is logged at DEBUG. Any other error
-reaches MetaSchedule.
+the unwrapped class, and MetaSchedule crashes on a clone that is not a TVM object. A primitive
+that refuses (a ``ScheduleError``, raised before TVM changes anything) leaves the schedule as it
+was; the refusal is logged at DEBUG. Any other error reaches MetaSchedule.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tvm.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
-from meta_rules.analysis.block_relations import live_block_sref
 from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.base.unchecked_schedule import live_block_sref
 
 logger = logging.getLogger(__name__)
 

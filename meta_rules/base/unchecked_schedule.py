@@ -9,7 +9,7 @@ as through the methods.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from tvm import tir
 from tvm.tir.block_scope import StmtSRef
@@ -22,6 +22,25 @@ from tvm.tir.schedule import _ffi_api as _api
 def get_sref(sch: Schedule, block: BlockRV) -> StmtSRef:
     """``sch.get_sref(block)``; raises ValueError when the block no longer exists."""
     return _api.ScheduleGetSRef(sch, block)  # type: ignore[attr-defined]
+
+
+def live_block_sref(sch: Schedule, block: BlockRV) -> Optional[StmtSRef]:
+    """The sref of ``block``, or None when an earlier primitive removed the block (inlined it).
+
+    MetaSchedule's PostOrderApply only hands a rule blocks that still exist; this guards direct
+    calls. Any other error from TVM is raised.
+    """
+    try:
+        return get_sref(sch, block)
+    except ValueError as err:
+        if "no longer exists" in str(err):
+            return None
+        raise
+
+
+def block_of(sch: Schedule, block: BlockRV) -> tir.Block:
+    """``sch.get(block)``: the ``Block`` statement a BlockRV stands for."""
+    return _api.ScheduleGet(sch, block)  # type: ignore[attr-defined]
 
 
 def block_realize(sch: Schedule, block: BlockRV) -> tir.BlockRealize:

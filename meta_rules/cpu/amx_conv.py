@@ -59,8 +59,8 @@ target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other bl
 came, for the rules after it. Code from it runs only in a process that holds the kernel's permission
 for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration is loaded by the
 intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise), only
-where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as much as 13
-``tdpbusd``.
+where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as much as a
+dozen ``tdpbusd`` (docs/cpu.md).
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ from typing import List, Optional, Tuple
 
 import tvm
 from tvm import tir
-from tvm.meta_schedule.schedule_rule import PyScheduleRule, ScheduleRule
+from tvm.meta_schedule.schedule_rule import AutoInline, PyScheduleRule, ScheduleRule
 from tvm.meta_schedule.utils import derived_object
+from tvm.target import Target
 from tvm.tir.schedule import BlockRV, Schedule
 
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
+from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
@@ -224,12 +226,19 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
 
 
 @derived_object
-class AMXConv(PyScheduleRule):
-    """Tensorize eligible int8 convs with AMX tiles (see the module doc); other blocks pass."""
+class AMXConv(PyScheduleRule, Placement):
+    """Tensorize eligible int8 convs with AMX tiles (see the module doc); other blocks pass.
+    Serves llvm targets with AMX int8, placed right after ``AutoInline``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.enabled = False
+
+    def is_target_available(self, target: Target) -> bool:
+        return target_has_amx(target)
+
+    def follows(self, default: object) -> bool:
+        return isinstance(default, AutoInline)
 
     def _initialize_with_tune_context(self, context) -> None:
         self.enabled = context.target is not None and target_has_amx(context.target)

@@ -21,8 +21,8 @@ Both are built with TVM's TIR IR builder (:mod:`tvm.script.ir_builder.tir`, what
 parser calls), so the tile numbers are the literal constants LLVM requires and the loops of
 extent 1 that blockize binds outside the block (one row block, one 64-channel block) are left
 out per shape. The configuration is loaded only where the thread's current one differs:
-``ldtilecfg`` costs ~80 ns (13 ``tdpbusd``) on the hosts measured, ``sttilecfg`` and a compare
-~10. There is no ``tilerelease``: it would undo the configuration the next block reuses; code
+``ldtilecfg`` costs several times what ``sttilecfg`` and a compare cost (docs/cpu.md). There is
+no ``tilerelease``: it would undo the configuration the next block reuses; code
 that uses AMX after this in the same thread configures its tiles itself, as it must anyway.
 
 Intrinsics are registered with TVM on first use (:func:`register_intrinsic`) and, for a tuning

@@ -15,13 +15,16 @@ from typing import List, Tuple
 
 import tvm
 from tvm import tir
-from tvm.meta_schedule.postproc import Postproc, PyPostproc
+from tvm.meta_schedule.postproc import Postproc, PyPostproc, RewriteReductionBlock
 from tvm.meta_schedule.utils import derived_object
+from tvm.target import Target
 from tvm.tir.schedule import Schedule
 
+from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_conv import AMX_ANNOTATION
 from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name
+from meta_rules.cpu.amx_tiles import target_has_amx
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +62,16 @@ def tensorize_marked(sch: Schedule) -> int:
 
 
 @derived_object
-class TensorizeAMXConv(PyPostproc):
+class TensorizeAMXConv(PyPostproc, Placement):
     """The postproc half of :class:`AMXConv`: decompose and tensorize the blocks it marked
-    (placed after ``RewriteReductionBlock``, before ``RewriteTensorize``); a candidate where that
-    fails is rejected."""
+    (placed right after ``RewriteReductionBlock``, before ``RewriteTensorize``, for the targets
+    AMXConv serves); a candidate where that fails is rejected."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return target_has_amx(target)
+
+    def follows(self, default: object) -> bool:
+        return isinstance(default, RewriteReductionBlock)
 
     def _initialize_with_tune_context(self, context) -> None:
         pass

@@ -6,8 +6,8 @@ Where a target has AMX, Relay feeds each AMX conv ``NCHW64c`` data made from the
 conv). TOPI's ``layout_transform`` block carries ``schedule_rule = "None"``, so no MetaSchedule
 rule touches it, and the root's parallel/vectorize annotations give it a 64-lane vector loop over
 the destination's channels, which come from 4 different source blocks: LLVM gathers them byte by
-byte. Tuned int8 ResNet-18 spent ~0.8 ms of ~5 in these copies (debug executor, 2026-12-02;
-0.075 ms for 58x58x64 bytes). Before (the tuned record of that task)::
+byte (the time this costs a tuned ResNet-18 is in docs/cpu.md). As TOPI leaves it (the tuned
+record of that task)::
 
     for ax0_ax1_ax2_fused in T.parallel(58):
         for ax3 in range(58):
@@ -27,10 +27,9 @@ which splits the innermost loop at the source's block and vectorizes one source 
             for ax4_1 in T.vectorized(16):               # 16 contiguous source bytes
                 ...
 
-0.0043 ms for the same task (17x). Other blocks keep their annotation and the rules' behaviour
-(blocks named ``None`` are skipped by every rule). Registered for every target key as
-:mod:`meta_rules.base.custom_rules` says; for a target other than a CPU the function
-leaves the block as it is, which is what ``"None"`` did.
+Other blocks keep their annotation and the rules' behaviour (blocks annotated ``None`` are
+skipped by every rule). Registered for every target key as :mod:`meta_rules.base.custom_rules`
+says; for a target other than a CPU the function leaves the block as it is, as ``"None"`` would.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ is not supported yet"): the whole model fails to compile. This postproc, placed 
 more dimensions, or a one-dimensional parameter kept one-dimensional, passes.
 :func:`flattened_layout_rewrites` is the analysis alone, which compilation also uses to skip such
 records in databases tuned without this postproc (``relay_ext.lowering.relay_build``).
+
+Serves CPU targets (``"cpu"`` in the target's keys), placed right after ``RewriteLayout``.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from typing import List, Tuple
 
 import tvm
 from tvm import tir
-from tvm.meta_schedule.postproc import Postproc, PyPostproc
+from tvm.meta_schedule.postproc import Postproc, PyPostproc, RewriteLayout
 from tvm.meta_schedule.utils import derived_object
+from tvm.target import Target
 from tvm.tir.schedule import Schedule
+
+from meta_rules.base.placement import Placement
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +97,15 @@ def module_flat_rewrites(mod: tvm.IRModule) -> List[FlatLayoutRewrite]:
 
 
 @derived_object
-class RejectFlatLayoutRewrite(PyPostproc):
+class RejectFlatLayoutRewrite(PyPostproc, Placement):
     """Reject candidates whose ``RewriteLayout`` flattened a weight to one dimension (see the
     module doc)."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return "cpu" in target.keys
+
+    def follows(self, default: object) -> bool:
+        return isinstance(default, RewriteLayout)
 
     def _initialize_with_tune_context(self, context) -> None:
         pass

@@ -20,22 +20,33 @@ TVM's ``InlineConstantScalars`` takes only the first form. Every such block is a
 its consumer (``T_add = conv + compile_engine_const``), which stops AutoInline from
 reverse-inlining the quantized epilogue into the conv/dense when the rule reaches the consumer
 first; inlining the constants up front removes that producer. Decided by structure, never by name.
+
+Serves every target; placed right after ``ApplyCustomRule`` (first where a rule set has none), so
+the constants are gone before any tiling or AutoInline rule looks at their consumers.
 """
 
 from __future__ import annotations
 
 from typing import List
 
-from tvm.meta_schedule.schedule_rule import PyScheduleRule
+from tvm.meta_schedule.schedule_rule import ApplyCustomRule, PyScheduleRule
 from tvm.meta_schedule.utils import derived_object
 from tvm.tir.schedule import BlockRV, Schedule
 
-from meta_rules.analysis.constant_blocks import block_of, is_constant_block, try_compute_inline
+from meta_rules.analysis.constant_blocks import is_constant_block
+from meta_rules.base.placement import Placement
+from meta_rules.base.unchecked_schedule import block_of
+from meta_rules.generic.compute_inline import try_compute_inline
 
 
 @derived_object
-class InlineConstantBlocks(PyScheduleRule):
+class InlineConstantBlocks(PyScheduleRule, Placement):
     """Compute-inline read-free, single-write blocks that are not outputs of their scope."""
+
+    leads_otherwise = True
+
+    def follows(self, default: object) -> bool:
+        return isinstance(default, ApplyCustomRule)
 
     def _initialize_with_tune_context(self, context) -> None:  # no target-dependent state
         pass

@@ -3,8 +3,8 @@
 Tensorizing rules (``MultiLevelTilingTensorCore``, the x86 VNNI / AVX-512 dot products ...) and
 the records they leave in a tuning database name intrinsics from TVM's registry, which TVM fills
 only on import of ``tvm.tir.tensor_intrin.<family>``. The package's ``__init__`` imports every
-family, ~7 s here (CUDA's alone parses thousands of TVMScript functions); x86's alone takes 0.1 s.
-So each target imports its own families:
+family, which takes seconds (CUDA's alone parses thousands of TVMScript functions); one family
+such as x86's takes a fraction of that. So each target imports its own families::
 
     register_tensor_intrinsics("llvm -mcpu=cascadelake")  # x86 only
     register_tensor_intrinsics("nvidia/nvidia-a100")      # cuda
@@ -15,16 +15,16 @@ families already loaded and loads the others. MetaSchedule's ``TuneContext`` mak
 itself, so design-space generation and tuning pay for every family anyway
 (:func:`meta_rules.rule_sets.rule_set` imports them all here first, the fast way below); what a
 target's own families save is the work that creates no TuneContext: opening a tuning database,
-compiling with it (``compile_model``; the CLI's ``bench`` checks its target with the rule set,
-so it imports every family too), and the CLI's start (``quantfuse --help``: 13 s before, 1.3 s now).
+compiling with it, and the CLI's start. What a database's records name, AMX intrinsics included,
+is registered by :func:`meta_rules.database_intrinsics.register_database_intrinsics`.
 
 Parsing the families is slow for a reason outside them: TVMScript's ``@T.prim_func`` calls
 ``inspect.stack()`` for each function, which reads the source of every frame on the stack and
 scans all of ``sys.modules`` for each one, yet only the third frame is looked at (is the function
-written inside an ``@I.ir_module`` class?). Under pytest with PyTorch and ONNX loaded (2,400
-modules) the whole package took 18.9 s against 8.5 s in a bare ``import tvm`` process. While the
-families are imported here, TVMScript's parser gets a stack of its first three frames only
-(:func:`_shallow_tvmscript_stacks`); the functions parsed are the same.
+written inside an ``@I.ir_module`` class?), so the cost grows with the modules a process has
+loaded (PyTorch, ONNX). While the families are imported here, TVMScript's parser gets a stack of
+its first three frames only (:func:`_shallow_tvmscript_stacks`); the functions parsed are the
+same. The times are in docs/BENCHMARKS.md ("TensorIntrin families: import time").
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import os
 import sys
 from typing import Iterator, List, Optional, Tuple, Union
 
@@ -78,19 +77,6 @@ def register_tensor_intrinsics(target: Union[str, Target, None] = None) -> None:
     missing = [f for f in families if f"{PACKAGE}.{f}" not in sys.modules]
     if missing:
         _import_families_alone(missing)
-
-
-def register_database_intrinsics(target: Union[str, Target, None],
-                                 work_dir: Union[str, os.PathLike]) -> List[str]:
-    """Everything a tuning database's records may name, registered before TVM loads it (TVM
-    replays every record's trace while it loads a database, and a trace that names an intrinsic
-    not registered fails the whole load): the families of ``target`` (all where None) and the AMX
-    conv intrinsics the records in ``work_dir`` name (one per conv shape,
-    :func:`meta_rules.cpu.amx_intrinsics.register_intrinsics_named_in`); the AMX names."""
-    from meta_rules.cpu.amx_intrinsics import register_intrinsics_named_in  # pylint: disable=import-outside-toplevel
-
-    register_tensor_intrinsics(target)
-    return register_intrinsics_named_in(work_dir)
 
 
 class _InspectWithShallowStack:

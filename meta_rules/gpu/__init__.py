@@ -1,3 +1,4 @@
 """GPU rules and the GPU verifier: ReverseInlineAfterInlining, ComputeReductionAtConsumer,
-VerifyLoweredGPUCode and its checks (:mod:`.verifier`).
+VerifyLoweredGPUCode and its checks (:mod:`.verifier`). Imports only :mod:`meta_rules.base` and
+:mod:`meta_rules.analysis`.
 """

@@ -33,8 +33,11 @@ different element (one access point, indices injective in the consumer's iterato
 A block is taken when it is a reduction (a block with an init statement, as every reduction is
 until the ``RewriteReductionBlock`` postproc) writing one global buffer that is not an output of its
 scope, it sits in a plain loop nest of its own under the root (serial, unannotated loops holding
-nothing else: neither tiled, bound nor moved by an earlier rule), and it has exactly one consumer, a spatial block that reads it at one point, injectively,
-and has a loop to compute it at. Decided by structure, never by name.
+nothing else: neither tiled, bound nor moved by an earlier rule), and it has exactly one consumer,
+a spatial block that reads it at one point, injectively, and has a loop to compute it at.
+Decided by structure, never by name.
+
+Serves GPU targets (``"gpu"`` in the target's keys), placed right after ``CrossThreadReduction``.
 """
 
 from __future__ import annotations
@@ -43,17 +46,15 @@ from typing import Optional
 
 from tvm.meta_schedule.schedule_rule import CrossThreadReduction
 from tvm.meta_schedule.utils import derived_object
+from tvm.target import Target
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 from tvm.tir.schedule.analysis import is_output_block
 
-from meta_rules.analysis.block_relations import (GLOBAL_SCOPES,
-                                        consumers,
-                                        in_own_plain_loops,
-                                        injective_in_block_iters,
-                                        is_spatial,
-                                        single_point_read,
-                                        under_a_loop)
+from meta_rules.analysis.block_relations import (GLOBAL_SCOPES, consumers, in_own_plain_loops,
+                                                 injective_in_block_iters, is_spatial,
+                                                 single_point_read, under_a_loop)
+from meta_rules.base.placement import Placement
 from meta_rules.base.structural_rule import StructuralRule
 from meta_rules.base.unchecked_schedule import compute_at, get_consumers, get_loops, set_scope
 
@@ -91,15 +92,16 @@ def reduction_fusion_blocker(sch: Schedule, block_rv: BlockRV, sref: StmtSRef) -
     return None
 
 
-def follows_cross_thread_reduction(rule: object) -> bool:
-    """True for the rule this one is placed after."""
-    return isinstance(rule, CrossThreadReduction)
-
-
 @derived_object
-class ComputeReductionAtConsumer(StructuralRule):
+class ComputeReductionAtConsumer(StructuralRule, Placement):
     """Compute a root-level reduction at its elementwise consumer's innermost loop, in a local
     buffer; see the module docstring."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return "gpu" in target.keys
+
+    def follows(self, default: object) -> bool:
+        return isinstance(default, CrossThreadReduction)
 
     def blocker(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> Optional[str]:
         return reduction_fusion_blocker(sch, block, sref)

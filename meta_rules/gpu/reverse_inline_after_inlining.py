@@ -32,9 +32,9 @@ scope, an affine access it can invert) and refuses anything else, which leaves t
 unchanged. Blocks that no inlining touched get the answer AutoInline
 gave them, so the rule only changes what AutoInline's own visiting order missed.
 
-Only placed after an AutoInline that has ``into_producer`` and none of the CPU filters
-(if-then-else, injective/ordered access, disallowed ops), which is every GPU default of TVM 0.19
-(see :mod:`meta_rules.rule_sets`). Decided by structure, never by name.
+Serves GPU targets (``"gpu"`` in the target's keys), placed right after an AutoInline that has
+``into_producer`` and none of the CPU filters (if-then-else, injective/ordered access, disallowed
+ops), as every GPU default of TVM 0.19 has. Decided by structure, never by name.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ from typing import Optional
 
 from tvm.meta_schedule.schedule_rule import AutoInline
 from tvm.meta_schedule.utils import derived_object
+from tvm.target import Target
 from tvm.tir.block_scope import StmtSRef
 from tvm.tir.schedule import BlockRV, Schedule
 
 from meta_rules.analysis.block_relations import is_spatial, producers
+from meta_rules.base.placement import Placement
 from meta_rules.base.structural_rule import StructuralRule
 from meta_rules.base.unchecked_schedule import reverse_compute_inline
 
@@ -76,20 +78,23 @@ def reverse_inline_blocker(sch: Schedule, sref: StmtSRef) -> Optional[str]:
     return None
 
 
-def follows_into_producer(rule: object) -> bool:
-    """True for an AutoInline that reverse-inlines (``into_producer``) with no extra filter.
-
-    The filters (``disallow_if_then_else``, ``require_injective``, ``require_ordered``,
-    ``disallow_op``) are CPU-side choices this rule does not re-check; TVM's GPU defaults set none.
-    """
-    return (isinstance(rule, AutoInline) and bool(rule.into_producer)
-            and not (rule.disallow_if_then_else or rule.require_injective or rule.require_ordered
-                     or len(rule.disallow_op)))
-
-
 @derived_object
-class ReverseInlineAfterInlining(StructuralRule):
+class ReverseInlineAfterInlining(StructuralRule, Placement):
     """Reverse-inline a spatial block into its single remaining producer; see the module docstring."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return "gpu" in target.keys
+
+    def follows(self, default: object) -> bool:
+        """True for an AutoInline that reverse-inlines (``into_producer``) with no extra filter.
+
+        The filters (``disallow_if_then_else``, ``require_injective``, ``require_ordered``,
+        ``disallow_op``) are CPU-side choices this rule does not re-check; TVM's GPU defaults set
+        none.
+        """
+        return (isinstance(default, AutoInline) and bool(default.into_producer)
+                and not (default.disallow_if_then_else or default.require_injective
+                         or default.require_ordered or len(default.disallow_op)))
 
     def blocker(self, sch: Schedule, block: BlockRV, sref: StmtSRef) -> Optional[str]:
         return reverse_inline_blocker(sch, sref)

@@ -33,6 +33,8 @@ verifier and all its clones (TVM clones postprocs into each task's context), rea
 with :meth:`VerifyLoweredGPUCode.stats`, ``task_stats`` and ``summary``. Each task's summary is
 logged (INFO) once: by :meth:`VerifyLoweredGPUCode.log_summaries`, or, for tasks not logged by then,
 when the last verifier sharing the store is released or the interpreter exits.
+
+Serves GPU targets (``"gpu"`` in the target's keys), in the place of TVM's ``VerifyGPUCode``.
 """
 
 from __future__ import annotations
@@ -42,28 +44,23 @@ from typing import Dict, List, Optional
 
 import tvm
 from tvm import tir
-from tvm.meta_schedule.postproc import Postproc, PyPostproc
+from tvm.meta_schedule.postproc import Postproc, PyPostproc, VerifyGPUCode
 from tvm.meta_schedule.utils import derived_object
 from tvm.target import Target
 from tvm.tir.schedule import Schedule
 
+from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.gpu.verifier import (GPULimits,
-                       Rejection,
-                       RejectionBook,
-                       TaskStats,
-                       gpu_limits,
-                       lower_for_verification,
-                       lowered_rejections,
-                       lowering_passes,
-                       thread_extent_rejections)
+from meta_rules.gpu.verifier import (GPULimits, Rejection, RejectionBook, TaskStats, gpu_limits,
+                                     lower_for_verification, lowered_rejections, lowering_passes,
+                                     thread_extent_rejections)
 from meta_rules.gpu.verifier.reasons import log_pending
 
 logger = logging.getLogger(__name__)
 
 
 @derived_object
-class VerifyLoweredGPUCode(PyPostproc):
+class VerifyLoweredGPUCode(PyPostproc, Placement):
     """Reject GPU candidates whose lowered code breaks the target's limits, and say why."""
 
     def __init__(self, max_vector_bytes: int = 16) -> None:
@@ -81,6 +78,12 @@ class VerifyLoweredGPUCode(PyPostproc):
         self.limits = gpu_limits(context.target, self.max_vector_bytes)
         self.target = context.target
         self.task = context.task_name or "task"
+
+    def is_target_available(self, target: Target) -> bool:
+        return "gpu" in target.keys
+
+    def replaces(self, default: object) -> bool:
+        return isinstance(default, VerifyGPUCode)
 
     # -- checking -----------------------------------------------------------------------------
     def verify(self, mod: tvm.IRModule) -> List[Rejection]:

@@ -42,7 +42,7 @@ import tvm
 from tvm import te, tir
 
 import meta_rules  # noqa: F401  registers the custom rule that consumes the annotation
-from meta_rules.analysis.constant_blocks import is_scalar_constant_block as reads_nothing_writes_a_scalar
+from meta_rules.analysis.constant_blocks import is_0d_constant_block
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
 from meta_rules.cpu.layout_transform_rule import annotate_layout_transform
 
@@ -58,13 +58,13 @@ def converter_global_name(name: str) -> str:
     return f"relay.backend.tir_converter.{name}"
 
 
-def is_scalar_constant_block(block: tir.Block) -> bool:
+def is_scalar_literal_block(block: tir.Block) -> bool:
     """True for a block that reads no buffer and stores a literal into one 0-d buffer.
 
     That is the TIR of a Relay scalar constant; a 0-d block that reads something (a cast of a
     constant, a reduction to a scalar) or computes its value is not one.
     """
-    if not reads_nothing_writes_a_scalar(block) or block.init is not None:
+    if not is_0d_constant_block(block) or block.init is not None:
         return False
     written = block.writes[0].buffer
     body = block.body
@@ -87,7 +87,7 @@ def with_compute_inline_rule(block: tir.Block) -> tir.Block:
 
 
 def should_annotate(block: tir.Block) -> bool:
-    return is_scalar_constant_block(block) and not has_schedule_rule(block)
+    return is_scalar_literal_block(block) and not has_schedule_rule(block)
 
 
 def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
