@@ -1,4 +1,4 @@
-"""Issue 18: ``--target host``, the AMX guard (only the AMX quantfuse uses, only where the process
+"""``--target host``, the AMX guard (only the AMX quantfuse uses, only where the process
 can run it; the kernel's tile-data permission) and the VNNI/AMX decisions over the flag sets of
 each host class."""
 
@@ -12,10 +12,9 @@ from tvm.target import codegen
 from relay_ext import cli
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import amx, amx_permission
-from helpers import one_error_line
 from test_targets import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
 
-# An Intel Sapphire Rapids class host whose OS enables AMX (the session's host, 2026-12-01).
+# An Intel Sapphire Rapids class host whose OS enables AMX.
 AMX_SERVER = VNNI_SERVER | {"avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16"}
 AMX_MCPUS = ["sapphirerapids", "graniterapids"]
 

@@ -14,11 +14,13 @@ import signal
 
 from tvm import meta_schedule as ms
 
-from relay_ext import cli, models
+from relay_ext import cli
+from relay_ext.frontend import models
 from relay_ext.tuning import tune
 from relay_ext.cli import commands as cli_commands
 from relay_ext.workdir.record_writes import RecordWriteCheck
 from relay_ext.workdir.files import RECORD_FILE, SUMMARY_FILE, WORKLOAD_FILE, repair_database
+from conftest import needs_c_compiler
 from helpers import small_database, small_search
 
 LLVM = "llvm -num-cores 1"
@@ -39,6 +41,7 @@ def file_size_limit(limit: int):
         signal.signal(signal.SIGXFSZ, previous)
 
 
+@needs_c_compiler
 def test_a_failed_record_write_stops_the_tune_with_one_line_and_keeps_the_database_whole(
         tmp_path, capsys, monkeypatch):
     work_dir = tmp_path / "work"
@@ -108,6 +111,7 @@ def test_the_check_cuts_a_torn_workload_line_and_every_record_after_the_failure(
                                                 '[0, [[], [0.002], {}, []]]']
 
 
+@needs_c_compiler
 def test_tune_from_python_repairs_a_torn_database_before_loading_it(tmp_path):
     # A tune killed mid-write leaves a torn last line; TVM's loader alone would reject the file.
     small_database(tmp_path, 2)

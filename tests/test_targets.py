@@ -1,5 +1,7 @@
 """Host targets from the CPU flags the OS enables; targets this machine cannot run are refused."""
 
+import platform
+
 import pytest
 from tvm.target import Target
 
@@ -71,8 +73,25 @@ def test_mattr_features_count_and_other_architectures_are_refused():
         targets.check_runs_here("nvidia/nvidia-a100")
 
 
+@pytest.mark.skipif(targets.host_cpu_flags() is None
+                    or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="this OS does not list its CPU flags (or this is not x86): the host "
+                           "target is plain llvm, with no feature to check against the flags")
 def test_this_hosts_own_target_runs_here():
-    targets.check_runs_here(targets.host_llvm_target(2))
+    flags = targets.host_cpu_flags()
+    target = targets.host_llvm_target(2)
+    assert target.attrs.get("mcpu") == targets.best_mcpu(flags)
+    assert targets.missing_features(target, flags) == []  # every feature its -mcpu implies
+    targets.check_runs_here(target, flags)
+
+
+def test_a_target_metaschedule_cannot_tune_is_refused_once_at_the_edge():
+    with pytest.raises(ValueError, match="no default rules for target 'ext_dev"):
+        targets.tunable_target("ext_dev")
+    with pytest.raises(ValueError, match="unknown variant 'best'"):
+        targets.tunable_target("llvm -num-cores 2", "best")
+    tunable = targets.tunable_target("llvm -mcpu=core-avx2")
+    assert tunable.attrs["mcpu"] == "core-avx2" and int(tunable.attrs["num-cores"]) >= 1
 
 
 def test_an_mcpu_llvm_does_not_know_is_refused():

@@ -19,6 +19,7 @@ from relay_ext.workdir.files import RECORD_FILE
 from relay_ext.workdir.records import records_by_workload, trace_key, workload_hash
 from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
 from relay_ext.tuning.progress import ProgressSnapshot, describe
+from conftest import needs_c_compiler
 from helpers import small_search
 
 LLVM = "llvm -num-cores 2"
@@ -30,16 +31,17 @@ def _records_per_task(database, tasks):
     return {t.task_name: groups.get(workload_hash(t.dispatched[0]), []) for t in tasks}
 
 
+@needs_c_compiler
 def test_resume_measures_new_candidates_and_least_tuned_tasks_first(tiny, tmp_path):
     tasks = extract_tasks(tiny.mod, tiny.params, LLVM, "ours")
     assert len(tasks) == 8
     first_snapshots, second_snapshots = [], []
 
     # 5 trials for 8 tasks: one candidate each for the 5 tasks that cost the model most.
-    # The search's own order is under test: no first candidates (test_no_search.py has them).
+    # The search's own order is under test: no rule designs measured first.
     database = tune(tiny.mod, tiny.params, LLVM, tmp_path, strategy=small_search(),
                     progress=first_snapshots.append, max_trials=5, num_trials_per_iter=4, seed=0,
-                    first_candidates=False)
+                    measure_rule_designs_first=False)
     assert len(database) == 5  # the budget is exact: MetaSchedule alone overshoots by a batch
     after_first = {name: len(r) for name, r in _records_per_task(database, tasks).items()}
     untouched = {name for name, n in after_first.items() if n == 0}
@@ -51,7 +53,7 @@ def test_resume_measures_new_candidates_and_least_tuned_tasks_first(tiny, tmp_pa
 
     database = tune(tiny.mod, tiny.params, LLVM, tmp_path, strategy=small_search(),
                     progress=second_snapshots.append, max_trials=10, num_trials_per_iter=4,
-                    seed=0, first_candidates=False)
+                    seed=0, measure_rule_designs_first=False)
     assert len(database) == 15
     per_task = _records_per_task(database, tasks)
     for name, records in per_task.items():
@@ -90,6 +92,7 @@ def _interrupt_when_records(work_dir, count, timeout_s=600):
     return thread
 
 
+@needs_c_compiler
 def test_ctrl_c_keeps_a_loadable_database_that_the_same_command_resumes(tmp_path, capsys,
                                                                        monkeypatch):
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)

@@ -8,6 +8,7 @@ from tvm.meta_schedule.utils import fork_seed
 import meta_rules
 from quantized_relay_graphs import qnn_conv2d_nhwc
 from relay_ext.tuning import extract_tasks, read_tuning_summary, tune
+from conftest import needs_c_compiler
 
 A100 = "nvidia/nvidia-a100"
 # Found by search: with tune(seed=11) the conv task of this graph gets rand_state 774252442, for
@@ -31,6 +32,7 @@ def test_stock_rules_fail_for_the_rand_state_this_seed_gives(graph):
         context.generate_design_space()
 
 
+@needs_c_compiler
 def test_tune_reseeds_the_task_and_finishes(graph, tmp_path):
     strategy = ms.search_strategy.EvolutionarySearch(
         population_size=8, init_measured_ratio=0.5, init_min_unmeasured=2,

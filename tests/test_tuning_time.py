@@ -1,4 +1,4 @@
-"""Tuning a user can wait for (issue 19): a task whose design space is exhausted ends and leaves its
+"""Tuning a user can wait for: a task whose design space is exhausted ends and leaves its
 trials to the others; ``--minutes`` stops cleanly, exits 0 and the same command resumes; the
 progress line shows the time elapsed and left."""
 
@@ -14,12 +14,14 @@ import meta_rules
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
 from relay_ext.tuning import SUMMARY_FILE, extract_tasks, tune
-from relay_ext.tuning import search as flow
+from relay_ext.tuning import budget as budget_module
 from relay_ext.tuning.progress import ProgressSnapshot, TuningProgress, describe, progress_bar
 from relay_ext.tuning.strategy import SIZED_DEFAULTS, default_search
-from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch, TrialBudget
+from relay_ext.tuning.budget import TrialBudget
+from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch
 from relay_ext.workdir.records import records_by_workload, trace_key, workload_hash
 from relay_ext.workdir.files import LOG_DIR
+from conftest import needs_c_compiler
 from helpers import one_error_line, small_search
 
 LLVM = "llvm -num-cores 2"
@@ -119,6 +121,7 @@ def test_under_a_time_budget_a_new_tasks_first_batch_is_drawn_at_random_not_sear
     context.post_tuning()
 
 
+@needs_c_compiler
 def test_an_exhausted_task_ends_and_its_trials_go_to_the_other_task(tmp_path):
     mod = _small_and_large_task_module()
     small, large = _tasks(mod)
@@ -174,16 +177,26 @@ def test_trial_budget_retire_and_deadline():
     assert not budget.late_first_batch_allowed() and budget.take_late_first_batch() == 0
 
 
+def test_a_tunes_budget_from_its_trials_and_minutes():
+    trials_only = TrialBudget.for_tune(40, None, started=100.0)
+    assert (trials_only.total, trials_only.deadline, trials_only.first_batch_cap) == (40, None, None)
+    trials_only.spend(5)  # the rule designs measured before the search
+    assert (trials_only.left, trials_only.total) == (35, 35)
+    timed = TrialBudget.for_tune(None, 3, started=100.0)
+    assert timed.total == budget_module.NO_TRIAL_LIMIT
+    assert timed.deadline == 100.0 + 180.0
+    assert timed.late_until == timed.deadline + budget_module.LATE_FIRST_BATCHES_FRACTION * 180.0
+    assert timed.first_batch_cap == budget_module.FIRST_BATCH_UNDER_TIME_BUDGET
+
+
+@needs_c_compiler
 def test_minutes_stops_cleanly_exits_0_and_the_same_command_resumes(tmp_path, capsys,
                                                                    monkeypatch):
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     # 0.6 s: spent before the first batch (the model load and the design spaces take longer), so
     # each of the 8 tasks gets the one candidate a never-measured task gets after the deadline
     # (for as long as the first round takes: by default only for a third of the budget).
-    monkeypatch.setattr(flow, "LATE_FIRST_BATCHES_FRACTION", 1e6)
-    # The deadline's first batches are the subject: no no-search first candidates before them
-    # (each would give its task a record before the deadline; tests/test_no_search.py has them).
-    monkeypatch.setattr(flow, "measure_first_candidates", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(budget_module, "LATE_FIRST_BATCHES_FRACTION", 1e6)
     work_dir = tmp_path / "work"
     command = ["tune", *TINY, "--target", LLVM, "--work-dir", str(work_dir), "--seed", "0",
                "--minutes", "0.01"]

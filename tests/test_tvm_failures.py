@@ -1,4 +1,4 @@
-"""TVM failures past the user's input (issue 32): the fusion report goes on when its measure fails
+"""TVM failures past the user's input: the fusion report goes on when its measure fails
 on one task, naming the task and TVM's reason; a TVM check failure in import or task extraction is
 one line that names the op or step and says "this is a quantfuse bug", the trace with --verbose."""
 

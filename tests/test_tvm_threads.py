@@ -1,4 +1,7 @@
-"""TVM's CPU thread pool really gets the thread count bench asks for (relay_ext.measure.timing)."""
+"""TVM's CPU thread pool really gets the thread count bench asks for, and the timing toolkit's
+pauses wait for this process's threads (relay_ext.measure.timing). Nothing here depends on how
+fast the machine is: which OS thread ran each iteration of a parallel loop is recorded by the
+loop itself, and the pauses are checked against a simulated clock."""
 
 import os
 import threading
@@ -8,19 +11,42 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from tvm.script import tir as T
 
-from relay_ext import models
-from relay_ext.lowering import targets
-from relay_ext.build.default import build_untuned
-from relay_ext.lowering.config import BUILD_OPTIONS
-from relay_ext.measure.timing import TVMThread, tvm_timer, with_tvm_threads
-from conftest import AVX2
+from relay_ext.measure import timing
+from relay_ext.measure.timing import TVMThread, with_tvm_threads
 
 CPUS = os.cpu_count() or 1
+ITERATIONS = 64
 
 
 def _pool_size() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+@T.prim_func
+def _which_thread(out: T.Buffer((ITERATIONS,), "int64")):
+    # Each iteration of a parallel loop writes the id of the OS thread that ran it
+    # (pthread_self, which is Python's threading.get_ident on Linux).
+    for i in T.parallel(ITERATIONS):
+        out[i] = T.call_extern("int64", "pthread_self")
+
+
+@pytest.fixture(scope="module")
+def which_thread():
+    """The parallel loop above, compiled for this CPU (LLVM's JIT: no C compiler needed)."""
+    return tvm.build(_which_thread, target="llvm")
+
+
+def _threads_per_iteration(lib, timed: bool = False):
+    """(thread id per loop iteration, the calling thread's id, its pool size), run where called;
+    ``timed``: the runs of TVM's time_evaluator, as bench's timer makes them."""
+    out = tvm.nd.array(np.zeros(ITERATIONS, "int64"))
+    if timed:
+        lib.time_evaluator(lib.entry_name, tvm.cpu(), number=3, repeat=1)(out)
+    else:
+        lib(out)
+    return [int(v) for v in out.numpy()], threading.get_ident(), _pool_size()
 
 
 @pytest.mark.skipif(CPUS < 2, reason="one CPU: no second thread to give TVM")
@@ -47,65 +73,29 @@ def test_tvm_thread_keeps_one_pool_and_leaves_the_callers_thread_alone():
         assert tvm_thread.run(_pool_size) == 2  # an error does not end the thread
 
 
-def _cpu_ticks_per_thread() -> dict:
-    """CPU time (clock ticks, user + system) of each OS thread of this process, from /proc."""
-    ticks = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
-        except OSError:  # the thread ended meanwhile
-            continue
-        ticks[int(tid)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return ticks
-
-
-@pytest.mark.serial  # alone, after the parallel part: TVM pins its pool's worker to CPU 1 and the
-# caller spins until the worker has run its share, so with the other xdist worker busy on CPU 1
-# the caller's spinning, not the model, filled its CPU time (CI, 2026-12-02: second thread 0.02)
 @pytest.mark.skipif(CPUS < 2, reason="one CPU: no second thread to give TVM")
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="no /proc: per-thread CPU time unknown")
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)), reason=f"this host cannot run {AVX2}")
-def test_two_threads_share_a_conv_models_work_and_one_thread_does_it_alone():
-    """Not a timing (how much faster two threads are is the benchmarks' business, and a 15%
-    threshold here failed CI at 13% on a shared VM): the CPU time each OS thread spends while the
-    model runs, so it shows whether TVM's parallel loops really ran on a second thread."""
-    model = models.load("tiny_resnet", image_size=128)
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        lib = build_untuned(model.mod, model.params, targets.normalize_target(AVX2))
-
-    def cpu_shares(threads: int) -> list:
-        existing = set(_cpu_ticks_per_thread())  # threads of earlier tests are not counted
-
-        def work():
-            _, one_round = tvm_timer(lib, model.inputs, number=10)
-            seen["pool"], seen["TVM_NUM_THREADS"] = _pool_size(), os.environ.get("TVM_NUM_THREADS")
-            before = _cpu_ticks_per_thread()
-            # Until this thread has had 0.4 s of CPU (not of wall time: other work may share the CPUs)
-            started, deadline = time.thread_time(), time.perf_counter() + 60
-            while time.thread_time() - started < 0.4 and time.perf_counter() < deadline:
-                one_round()
-            after = _cpu_ticks_per_thread()
-            return sorted((ticks - before.get(tid, 0) for tid, ticks in after.items()
-                           if tid not in existing), reverse=True)
-
-        seen = {}
-        spent = with_tvm_threads(threads, work)
-        assert spent and spent[0] >= 20, spent  # the TVM thread itself ran the model
-        assert seen == {"pool": threads, "TVM_NUM_THREADS": str(threads)}, seen
-        return [ticks / spent[0] for ticks in spent]
-
-    one, two = cpu_shares(1), cpu_shares(2)
-    why = f"CPU shares per thread {two}, load average {os.getloadavg()}"
-    assert len(two) >= 2 and two[1] >= 0.3, why  # a second thread did a good part of the work
-    assert len(one) == 1 or one[1] < 0.1, one  # with one thread, no other thread works
+@pytest.mark.parametrize("timed", [False, True], ids=["called", "time_evaluator"])
+def test_a_parallel_loop_is_split_over_exactly_the_threads_asked_for(which_thread, timed):
+    """With 2 threads the loop's iterations are shared half and half by the TVM thread and one
+    worker of its pool; with 1, the TVM thread runs them all. TVM splits a parallel loop into one
+    static chunk per thread of the pool, so this holds however busy the machine is."""
+    for threads in (1, 2):
+        ids, tvm_thread, pool = with_tvm_threads(
+            threads, lambda: _threads_per_iteration(which_thread, timed))
+        assert pool == threads
+        per_thread = {tid: ids.count(tid) for tid in set(ids)}
+        assert len(per_thread) == threads, per_thread
+        assert per_thread[tvm_thread] == ITERATIONS // threads, per_thread  # one chunk is its own
+        assert sorted(per_thread.values()) == [ITERATIONS // threads] * threads, per_thread
+        # the TVM thread's pool: neither the caller's thread nor another pool's threads
+        assert threading.get_ident() not in per_thread
 
 
 def test_every_round_starts_with_one_untimed_run():
     """PyTorch's timer (ONNX Runtime's and TVM's likewise; TVM's time_evaluator makes its own too)
     runs once untimed before the timed runs of each round, so that no runtime pays for waking up
     after bench's pause."""
-    from relay_ext.measure.timing import torch_timer
+    from relay_ext.peers.pytorch import torch_timer
 
     calls = []
 
@@ -120,31 +110,44 @@ def test_every_round_starts_with_one_untimed_run():
     assert len(calls) == 1 + 1 + 3
 
 
-@pytest.mark.serial  # it measures this process's CPU use: alone, after the parallel part (a
-# fresh-clone run on 2 workers, 2026-12-02, found 0.79 s of CPU use in its idle window there)
-def test_settle_waits_until_this_process_stops_using_the_cpu():
-    """bench's pause before each configuration outlasts worker threads that spin after a run (TVM's
-    pool spun ~210 ms after each run on the AMD EPYC VM, and PyTorch timed in that time took 4-6 ms
-    a run instead of 0.16 ms)."""
-    from relay_ext.measure.timing import settle
+class _SimulatedClock:
+    """Stands for :mod:`time` in :mod:`relay_ext.measure.timing`: sleeping advances the wall
+    clock, and this process uses one CPU until ``busy_until`` (seconds of wall time)."""
 
-    settle(0.01, max_s=5.0)  # threads of earlier tests in this process may still spin (1.06 s in CI)
-    idle = settle(0.01, max_s=2.0)
-    assert idle < 0.5  # nothing of ours is running now: the minimum and a window or two
+    def __init__(self, busy_until: float):
+        self.wall = self.cpu = 0.0
+        self.busy_until = busy_until
+        self.sleeps = []
 
-    def spin(seconds):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
+    def perf_counter(self) -> float:
+        return self.wall
 
-    busy = threading.Thread(target=spin, args=(0.4,))
-    busy.start()
-    waited = settle(0.01, max_s=2.0)
-    busy.join()
-    assert waited >= 0.35 and waited > idle + 0.25
+    def process_time(self) -> float:
+        return self.cpu
 
-    busy = threading.Thread(target=spin, args=(1.0,))
-    busy.start()
-    waited = settle(0.01, max_s=0.3)  # never longer than max_s (and one window)
-    busy.join()
-    assert 0.3 <= waited < 0.8
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.cpu += max(0.0, min(self.wall + seconds, self.busy_until) - self.wall)
+        self.wall += seconds
+
+
+@pytest.mark.parametrize("busy_until, windows", [
+    (0.0, 1),  # nothing of ours runs: the minimum and one window
+    (0.30, 14),  # busy until 0.30 s: the window ending at 0.31 saw it, the next one is idle
+])
+def test_settle_waits_until_this_process_stops_using_the_cpu(monkeypatch, busy_until, windows):
+    """bench's pause before each configuration outlasts worker threads that spin after a run."""
+    clock = _SimulatedClock(busy_until)
+    monkeypatch.setattr(timing, "time", clock)
+    waited = timing.settle(0.05, max_s=2.0, window_s=0.02)
+    assert clock.sleeps == [0.05] + [0.02] * windows
+    assert waited == pytest.approx(0.05 + 0.02 * windows)
+    assert waited >= busy_until  # not before the spinning stopped
+
+
+def test_settle_never_waits_longer_than_its_limit_and_one_window(monkeypatch):
+    clock = _SimulatedClock(busy_until=100.0)  # a thread that never stops
+    monkeypatch.setattr(timing, "time", clock)
+    waited = timing.settle(0.05, max_s=0.3, window_s=0.02)
+    assert 0.3 <= waited <= 0.3 + 0.02 + 1e-9
+    assert clock.sleeps[0] == 0.05 and set(clock.sleeps[1:]) == {0.02}

@@ -23,6 +23,7 @@ from relay_ext.workdir.files import (
     repair_database,
     tuning_lock,
 )
+from conftest import needs_c_compiler
 from helpers import one_error_line, small_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +45,7 @@ def _wait_for_holder(work_dir: Path, child: subprocess.Popen, timeout_s: float =
     return holder
 
 
+@needs_c_compiler
 def test_a_second_tune_is_refused_while_the_first_finishes_with_its_database_whole(tmp_path,
                                                                                     capsys):
     work_dir = tmp_path / "work"

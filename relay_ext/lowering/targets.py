@@ -10,13 +10,17 @@ hides it).
     flags = host_cpu_flags()                  # frozenset of /proc/cpuinfo flags, None off Linux
     best_mcpu(flags)                          # "cascadelake" / "skylake-avx512" / "core-avx2" / None
     host_llvm_target(2)                       # Target("llvm -mcpu=... -num-cores 2")
+    normalize_target("host")                  # what every public entry point does once
+    tunable_target("llvm -mcpu=core-avx2", "ours")  # ... and checks MetaSchedule has rules for it
     check_runs_here("llvm -mcpu=cascadelake") # TargetNotRunnable naming the missing features
 
-Every llvm target quantfuse takes goes through :func:`normalize_target`, which refuses an
-``-mcpu`` LLVM does not know (LLVM itself only logs an error and builds for a generic CPU), turns
-``"host"`` (:data:`HOST`) into :func:`host_llvm_target`, and keeps of a target's AMX only what
-quantfuse uses (``amx-tile``, ``amx-int8``), and only where this process can run it
-(:func:`supported_amx`).
+The target is normalised once, where it enters the library: public functions take a
+:data:`~meta_rules.rule_sets.TargetLike` (a Target, a target string, or ``"host"``) and call
+:func:`normalize_target`, which refuses an ``-mcpu`` LLVM does not know (LLVM itself only logs an
+error and builds for a generic CPU), turns ``"host"`` (:data:`HOST`) into
+:func:`host_llvm_target`, gives an llvm target its ``-num-cores`` and keeps of a target's AMX only
+what quantfuse uses (``amx-tile``, ``amx-int8``), and only where this process can run it
+(:func:`supported_amx`); the functions they call take that Target as it is.
 """
 
 from __future__ import annotations
@@ -25,19 +29,17 @@ import functools
 import logging
 import platform
 from pathlib import Path
-from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 from tvm.target import Target, codegen
 
 from meta_rules.cpu.amx_tiles import AMX_FEATURES
+from meta_rules.rule_sets import TargetLike, as_target, schedule_rules
 
 from relay_ext.lowering.x86 import amx_permission
 
 logger = logging.getLogger(__name__)
 
-# A Target, a target string, or the word "host" (:data:`HOST`); meta_rules.rule_sets.TargetLike
-# knows no "host".
-TargetOrHost = Union[str, Target]
 # ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
 HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
@@ -131,11 +133,9 @@ def host_llvm_target(num_cores: Optional[int] = None,
     (quantfuse's AMX int8 3x3 convs, :mod:`meta_rules.cpu.amx_conv`). ``flags`` defaults to
     :func:`host_cpu_flags`; off x86 or where the OS does not list its flags, plain llvm.
 
-    VNNI is chosen for tuning: tuned int8 ResNet-18 ran in 10.0 ms with it against 17.2 ms with
-    ``skylake-avx512`` (56 trials, docs/BENCHMARKS.md). TOPI's *untuned* VNNI conv chained every
-    ``vpdpbusd`` of an output vector through one register and was slower than its AVX-512 build;
-    with :mod:`relay_ext.lowering.x86.vnni_conv_schedule` (independent accumulators) untuned int8
-    ResNet-18 takes 0.50x the AVX-512 build's time (docs/vnni.md)."""
+    VNNI is preferred to AVX-512 alone: int8 models run faster with it, tuned
+    (docs/BENCHMARKS.md) and untuned with :mod:`relay_ext.lowering.x86.vnni_conv_schedule`
+    (docs/vnni.md)."""
     flags = _host_flags(flags)
     amx = flags is not None and amx_permission.request_tile_data(flags)  # asks the kernel now
     return Target(host_target_text(num_cores, flags, amx=amx))
@@ -169,23 +169,22 @@ def _host_flags(flags: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
 # --- checking a target ---------------------------------------------------------------------------
 
 
-def resolve_target(target: TargetOrHost) -> Target:
-    """``target`` as a Target, ``"host"`` resolved to :func:`host_llvm_target` (which asks the kernel
-    for AMX tile data); else :func:`meta_rules.rule_sets.as_target`: a string TVM cannot parse
-    is a ValueError with TVM's reason."""
-    from meta_rules.rule_sets import as_target  # pylint: disable=import-outside-toplevel
-
+def resolve_target(target: TargetLike) -> Target:
+    """``target`` as a Target, ``"host"`` resolved to :func:`host_llvm_target` (which asks the
+    kernel for AMX tile data); else :func:`meta_rules.rule_sets.as_target`: a string TVM cannot
+    parse is a ValueError with TVM's reason. Nothing is checked or added (:func:`normalize_target`
+    does that)."""
     if is_host(target):
         return host_llvm_target()
     return as_target(target)
 
 
-def is_host(target: TargetOrHost) -> bool:
+def is_host(target: TargetLike) -> bool:
     """Whether ``target`` is the word ``host`` (any case, spaces around): this machine's target."""
     return isinstance(target, str) and target.strip().lower() == HOST
 
 
-def normalize_target(target: TargetOrHost) -> Target:
+def normalize_target(target: TargetLike) -> Target:
     """``target`` as a Target, checked: an llvm ``-mcpu`` LLVM does not know is a ValueError (LLVM
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
     gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
@@ -193,7 +192,7 @@ def normalize_target(target: TargetOrHost) -> Target:
     uses, and only where this process can run it (:func:`supported_amx`)."""
     if is_host(target):
         return host_llvm_target()
-    target = resolve_target(target)
+    target = as_target(target)
     if target.kind.name != "llvm":
         return target
     check_known_mcpu(target)
@@ -202,6 +201,15 @@ def normalize_target(target: TargetOrHost) -> Target:
         config = dict(target.export())
         config["num-cores"] = _physical_cores()
         target = Target(config, host=target.host)
+    return target
+
+
+def tunable_target(target: TargetLike, variant: str = "ours") -> Target:
+    """:func:`normalize_target`, and a ValueError when MetaSchedule has no default rules for its
+    kind (so nothing could tune or schedule it; the message lists the kinds that have them) or
+    ``variant`` is not a variant of :data:`meta_rules.VARIANTS`."""
+    target = normalize_target(target)
+    schedule_rules(target, variant)
     return target
 
 
@@ -219,10 +227,13 @@ def check_known_mcpu(target: Target) -> None:
             "for this machine")
 
 
-def missing_features(target: TargetOrHost, flags: Optional[Iterable[str]] = None) -> List[str]:
+def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) -> List[str]:
     """The instruction-set features ``target``'s code may use that the OS of this machine does
     not enable, by LLVM name (empty when it can run here, or when the host's flags are unknown)."""
-    target = resolve_target(target)
+    return _missing_features(resolve_target(target), flags)
+
+
+def _missing_features(target: Target, flags: Optional[Iterable[str]]) -> List[str]:
     if flags is None:
         flags = host_cpu_flags()
     if flags is None or target.kind.name != "llvm" or not _is_x86(target):
@@ -233,7 +244,7 @@ def missing_features(target: TargetOrHost, flags: Optional[Iterable[str]] = None
     return sorted(f for f in wanted if f in LLVM_TO_CPUINFO and LLVM_TO_CPUINFO[f] not in flags)
 
 
-def check_runs_here(target: TargetOrHost, flags: Optional[Iterable[str]] = None) -> None:
+def check_runs_here(target: TargetLike, flags: Optional[Iterable[str]] = None) -> None:
     """Raise :class:`TargetNotRunnable` when code built for ``target`` cannot execute on this
     machine: an llvm target for another architecture, or one that uses instruction-set features
     the OS does not enable. Call it before measuring or running locally; a target that describes
@@ -245,7 +256,7 @@ def check_runs_here(target: TargetOrHost, flags: Optional[Iterable[str]] = None)
     if _host_is_x86() and not _is_x86(target):
         raise TargetNotRunnable(f"target {target} builds for {target.attrs.get('mtriple')}, and "
                                 f"this machine is {platform.machine()}; measure it with --rpc")
-    missing = missing_features(target, flags)
+    missing = _missing_features(target, flags)
     if missing:
         raise TargetNotRunnable(
             f"this machine cannot run code for {target}: its OS does not enable "

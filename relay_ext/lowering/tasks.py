@@ -5,16 +5,16 @@ from typing import List, Mapping, Optional
 import tvm
 from tvm import meta_schedule as ms
 from tvm.target import Target
-from meta_rules.rule_sets import check_variant
+from meta_rules.rule_sets import TargetLike, check_variant
 from relay_ext.lowering.config import pass_config
-from relay_ext.lowering.targets import TargetOrHost, normalize_target
+from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.relay_build import copy_module
 
 
 def extract_tasks(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetOrHost,
+    target: TargetLike,
     variant: str = "ours",
 ) -> List[ms.ExtractedTask]:
     """The tuning tasks of a Relay module, lowered with ``variant``'s converter.
@@ -27,6 +27,6 @@ def extract_tasks(
 def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
                   target: Target, variant: str) -> List[ms.ExtractedTask]:
     """:func:`extract_tasks` for a target and variant already checked (``normalize_target``,
-    ``check_variant``), as the tuning flow and the reports pass them."""
+    ``check_variant``), as :func:`relay_ext.tuning.tune` and the reports pass them."""
     return list(ms.relay_integration.extract_tasks(
         copy_module(mod), target, params, pass_config=pass_config(variant)))

@@ -1,15 +1,13 @@
-"""Each task's kernel timed inside the whole model: the never-slower rule's measurement.
+"""Each task's kernel timed inside the whole model: what the per-task schedule choice compares.
 
-    times = profile_in_model({"record": lib_a, "no-search": lib_b, "default": lib_c}, inputs)
+    times = profile_in_model({"record": lib_a, "rule design": lib_b, "default": lib_c}, inputs)
     times["record"]["fused_nn_contrib_conv2d_..."]    # ms per call, median of the rounds
 
 Why not each task alone: a task's function built and run by itself, again and again (what
 MetaSchedule's runner and :func:`relay_ext.schedules.task_choice.time_task` do), finds its weights
 and its input warm in the caches. Inside the model its weights come cold and its input from the
-layer before. On int8 ResNet-18 after a 3-minute tune (AMD EPYC 2-core VM, 2026-12-02), choosing
-per task the fastest of its record and its no-search schedule timed alone summed to 3% less
-time than the no-search build, yet the whole model ran 1.03-1.25x the no-search build's time: one
-conv's record ran 0.81x its no-search schedule alone and 1.24x inside the model.
+layer before, and a schedule faster alone can be slower there (docs/BENCHMARKS.md, "Tasks timed
+alone and inside the model").
 
 How: the builds compared are whole models of the same Relay graph (the same fused functions,
 by name; only their schedules differ). Each runs in TVM's debug graph executor, which times

@@ -15,9 +15,9 @@ client retries a refused connection for a minute and waits forever on a silent o
 the servers registered under the key, so a wrong address or key is a clear error before any
 tuning starts.
 
-**Servers that die** (issue 20). MetaSchedule's own RPCRunner waits forever on a candidate whose
-popen worker is stuck asking the tracker for a server that will never come (its pool has no
-timeout), so a tune whose only server died hung, and its popen workers outlived it.
+**Servers that die.** MetaSchedule's own RPCRunner waits forever on a candidate whose popen
+worker is stuck asking the tracker for a server that will never come (its pool has no timeout):
+a tune whose only server dies would hang, and its popen workers outlive it.
 :class:`WatchedRPCRunner` measures with TVM's own per-candidate function in a pool whose jobs time
 out (``session_timeout_s``), and while it waits on a candidate it asks the tracker every
 ``poll_s`` seconds whether a server is left under the key: a candidate on a server that died is
@@ -40,7 +40,7 @@ from typing import Callable, List, Optional
 
 import tvm
 from tvm import meta_schedule as ms
-from tvm.contrib.popen_pool import PopenPoolExecutor
+from tvm.contrib.popen_pool import PopenPoolExecutor, kill_child_processes
 from tvm.meta_schedule.runner.rpc_runner import _worker_func as measure_on_rpc_server
 from tvm.meta_schedule.utils import derived_object
 from tvm.rpc import base
@@ -291,9 +291,23 @@ class WatchedRPCRunner(ms.runner.PyRunner):
         return self.watch.gone
 
     def _kill_workers(self) -> None:
+        """Kill the pool's popen workers, each one's processes first: a pool thread blocked
+        reading a worker's answer (a candidate stuck asking the tracker for a server) holds the
+        pipe that ``PopenWorker.kill`` closes, and closing it waits for that read, which ends
+        only when the process is gone."""
         with self.pool._lock:  # pylint: disable=protected-access
             workers = list(self.pool._worker_map.values())  # pylint: disable=protected-access
         for worker in workers:
+            process = getattr(worker, "_proc", None)
+            if process is not None:
+                try:
+                    kill_child_processes(process.pid)
+                except (ImportError, OSError):  # psutil missing: its own process still goes
+                    pass
+                try:
+                    process.kill()
+                except OSError:
+                    pass
             try:
                 worker.kill()
             except (OSError, ImportError):

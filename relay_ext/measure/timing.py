@@ -1,17 +1,17 @@
 """The timing toolkit every CPU measurement of quantfuse shares: bench's interleaved rounds
-(:mod:`relay_ext.bench.run`), the never-slower rule's task timing
+(:mod:`relay_ext.latency.run`), the per-task schedule choice's timing
 (:mod:`relay_ext.schedules.task_choice`) and the benchmarks.
 
 * :class:`Timing` -- seconds per round, with their median and spread;
 * :class:`TVMThread`, :func:`with_tvm_threads` -- TVM work on a thread whose pool really has the
   threads asked for;
-* :func:`tvm_timer`, :func:`evaluator_timer`, :func:`torch_timer` -- one warm-up run, then a
-  function that times one round;
+* :func:`tvm_timer`, :func:`evaluator_timer` -- one warm-up run, then a function that times one
+  round (PyTorch's: :func:`relay_ext.peers.pytorch.torch_timer`);
 * :func:`settle`, :func:`interleaved_rounds` -- rounds that time every configuration once, after
   a pause that lets the previous runtime's spinning threads go idle;
 * :func:`load_average` -- whether other processes compete for the CPU.
 
-It lives below ``report`` so that tuning can time with it (tuning may not import report).
+The measurements behind its choices are in docs/BENCHMARKS.md ("How bench times").
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
-import torch
 import tvm
 
 from relay_ext.measure.run import graph_module
@@ -55,11 +54,9 @@ class TVMThread:
     TVM 0.19 sizes a thread's pool once, when that thread first runs parallel code, from
     ``TVM_NUM_THREADS`` (else half the logical CPUs: one thread on a 2-CPU machine), and reads
     the variable again before every parallel launch; ``runtime.config_threadpool(0, n)`` cannot
-    widen a pool beyond its size (measured: int8 ResNet-50 ran as fast with it as on one
-    thread). So TVM work goes to this thread, whose pool is created with the variable set, and
-    the variable stays set while the thread lives. Everything else stays on the caller's thread:
-    PyTorch's int8 ResNet-18 at 2 threads took 5.8 ms from a second Python thread against 3.7 ms
-    from the main one.
+    widen a pool beyond its size. So TVM work goes to this thread, whose pool is created with
+    the variable set, and the variable stays set while the thread lives. Everything else stays
+    on the caller's thread (PyTorch runs slower from a second Python thread).
 
         with TVMThread(2) as tvm_thread:
             output, timer = tvm_thread.tvm_timer(lib, inputs, 10)
@@ -171,38 +168,15 @@ def tvm_timer(lib, inputs: Dict[str, np.ndarray], number: int,
     return output, lambda: float(evaluator().results[0])
 
 
-def torch_timer(module, example_input: np.ndarray, number: int) -> Callable[[], float]:
-    """Run ``module`` once on ``example_input`` (warm-up) and return a function that times one
-    round: the mean seconds of ``number`` calls, without autograd."""
-    data = torch.from_numpy(np.ascontiguousarray(example_input))
-
-    def one_round() -> float:
-        with torch.no_grad():
-            module(data)  # untimed (see ROUND_WARM_UP)
-            start = time.perf_counter()
-            for _ in range(number):
-                module(data)
-            return (time.perf_counter() - start) / number
-
-    with torch.no_grad():
-        module(data)
-    return one_round
-
-
 # ROUND_WARM_UP: every timer's round starts with one untimed run. After the pause below, the first
-# run of a runtime is slow (its worker threads, and on a VM the vCPUs, must wake up): measured on
-# tiny_resnet 32x32, 2 threads, PyTorch took 0.10 ms back to back, 0.20 ms per run after a 50 ms
-# pause and 1.17 ms after 300 ms, and 2.4 ms in bench beside TVM, whose time_evaluator already
-# makes an untimed call first. A run untimed for each, the same for all.
+# run of a runtime is slow (its worker threads, and on a VM the vCPUs, must wake up); TVM's
+# time_evaluator already makes an untimed call first. A run untimed for each, the same for all.
 #
 # A pause before each configuration of a round: TVM's and PyTorch's worker threads spin for a
 # while after a run before they sleep, and the runtime timed next would share the cores with them.
-# Measured on int8 ResNet-18, 2 threads: PyTorch alone 3.7 ms, right after TVM 8.1 ms. How long
-# they spin depends on the machine: TVM's pool workers call sched_yield 300,000 times
-# (TVM_THREAD_POOL_SPIN_COUNT) before they sleep, which took under 50 ms on the Intel VM and longer
-# than that on the AMD EPYC VM, where PyTorch's tiny_resnet 32x32 then took 4-6 ms a run in the
-# rounds right after TVM's against 0.16 ms alone (2026-12-01). So the pause lasts at least
-# SETTLE_S and then until this process's threads stop using the CPU (at most SETTLE_MAX_S).
+# How long they spin depends on the machine (TVM's pool workers call sched_yield
+# TVM_THREAD_POOL_SPIN_COUNT times before they sleep). So the pause lasts at least SETTLE_S and
+# then until this process's threads stop using the CPU (at most SETTLE_MAX_S).
 SETTLE_S = 0.05
 SETTLE_MAX_S = 2.0
 _SETTLE_WINDOW_S = 0.02
@@ -233,7 +207,7 @@ def interleaved_rounds(timers: Dict[str, Callable[[], float]], repeats: int,
     (:func:`settle`): a change of load during the measurement hits every configuration alike, and
     no runtime's spinning threads are left running into the next one's time. Seconds per round,
     per timer. ``settle_s=None``: no pause (timers of one runtime on one thread, such as the
-    never-slower rule's record and default builds of a task)."""
+    per-task choice's record and default builds of a task)."""
     samples: Dict[str, List[float]] = {label: [] for label in timers}
     for _ in range(repeats):
         for label, one_round in timers.items():

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import tvm
 
-from relay_ext.tuning.skip_measured_search import TrialBudget
+from relay_ext.tuning.budget import TrialBudget
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class InterruptGuard:
 
     def _quiet_second_interrupt(self, previous_hook):
         """The second Ctrl-C's KeyboardInterrupt, raised inside a Python callback TVM called
-        through ctypes, is "ignored" there with a printed traceback (issue 20); the tune still
-        stops and says so in one line, so that traceback is not shown."""
+        through ctypes, is "ignored" there with a printed traceback; the tune still stops and
+        says so in one line, so that traceback is not shown."""
         def hook(unraisable):
             if self.pressed > 1 and isinstance(unraisable.exc_value, KeyboardInterrupt):
                 logger.debug("second Ctrl-C raised inside a TVM callback", exc_info=(

@@ -11,25 +11,12 @@ its trial count counts new measurements.
 A candidate's key is its trace without the postprocessing part, in JSON: the form in which
 MetaSchedule's ``AddToDatabase`` stores it.
 
-    budget = TrialBudget(200)  # shared by all tasks: batches are cut so a tune measures 200
+    budget = TrialBudget(200)  # relay_ext.tuning.budget: shared by all tasks of the tune
     strategy = SkipMeasuredSearch(ms.search_strategy.EvolutionarySearch(), budget)
     context = ms.TuneContext(mod=..., search_strategy=strategy, ...)
 
-The optional :class:`TrialBudget` is shared by the tasks of one tune. It does three things:
-
-* it makes ``max_trials`` exact: MetaSchedule checks its global budget only before a batch, so its
-  last batch can overshoot by up to a batch size; batches are cut to what is left;
-* it spreads the budget over the tasks: no batch takes more than a fair share,
-  ``max(1, trials // tasks)`` in a task's first batch of the tune (the round-robin round of
-  MetaSchedule's task scheduler) and ``max(1, left // tasks)`` after it. With ``trials >= tasks``
-  every task is therefore measured before the budget runs out, instead of the first task taking a
-  whole batch of 16 out of a budget of 16;
-* it can carry a wall-clock deadline (``TrialBudget(trials, deadline=time.monotonic() + 60)``):
-  once it has passed, no task gets another batch (:attr:`TrialBudget.time_up` says so), exactly as
-  when the trials run out; the batches in flight are finished and stored. One exception, so that
-  every task of the model gets a tuned schedule and a resumed tune always progresses: a task
-  with no record at all and no batch yet still gets one candidate measured (while trials are
-  left), in the first round over the tasks and until ``late_until`` (a bound on the overrun).
+Each batch is cut to what the optional :class:`~relay_ext.tuning.budget.TrialBudget` grants (an
+exact trial count, a fair share per task, a deadline; see that module).
 
 An exhausted task ends (its ``generate_measure_candidates`` returns None, which MetaSchedule's
 task scheduler takes as "this task is finished"), and its share of the budget goes to the tasks
@@ -49,21 +36,21 @@ next batch (the inner search marks what it returned as measured and would not of
 Under a time budget (``TrialBudget.first_batch_cap`` set), the first batch of a task that has no
 record yet is drawn at random from its design spaces (MetaSchedule's ReplayTrace) instead of by the
 inner search: before anything is measured the cost model predicts random scores, so an
-evolutionary round would cost seconds per task (on 2 cores about 3 s for a ResNet-18 convolution,
-a population of 64 sampled and evolved twice) and pick no better. Over the 28 tasks of ResNet-18
-that is most of what kept ``--minutes 3`` from measuring every task. The inner search still learns
-of the results (they reach the database and the cost model), so its first round starts from them.
+evolutionary round (a population sampled and evolved, seconds per task for a convolution) would
+pick no better, and over a model's many tasks it would spend a short time budget before every task
+is measured. The inner search still learns of the results (they reach the database and the cost
+model), so its first round starts from them.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import List, Optional, Set, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
 from tvm.meta_schedule.utils import derived_object
+from relay_ext.tuning.budget import TrialBudget
 from relay_ext.workdir.records import RecordIndex, trace_key
 
 logger = logging.getLogger(__name__)
@@ -76,72 +63,6 @@ MAX_ALL_KNOWN_ROUNDS = 8
 # A round of an EvolutionarySearch with at least this many times as many candidates in its
 # population as the batch it was asked for, that came back short, means the design space is used up.
 SMALL_SPACE_POPULATION_RATIO = 4
-
-
-class TrialBudget:
-    """Trials (and optionally wall-clock time) left to hand out, shared by the tasks of one tune;
-    see the module docstring.
-
-    ``tasks`` is the number of tasks sharing it (set it once the tasks are known); a task that
-    ends calls :meth:`retire`, so the others share what is left. ``deadline`` is a
-    ``time.monotonic()`` value after which no batch is handed out; ``first_batch_cap`` caps a
-    task's first batch (a time budget wants every task measured early).
-    """
-
-    def __init__(self, trials: int, tasks: int = 1, deadline: Optional[float] = None,
-                 first_batch_cap: Optional[int] = None):
-        self.total = self.left = int(trials)
-        self.tasks = max(1, int(tasks))
-        self.deadline = deadline
-        self.first_batch_cap = first_batch_cap
-        self.time_up = False
-        self.left_at_deadline = 0  # trials left when the deadline passed (for first batches)
-        self.late_first_batches = 0  # first batches of one candidate granted after the deadline
-        self.late_until: Optional[float] = None  # no such batch after this time.monotonic()
-        self.ended_tasks: List[Tuple[str, str]] = []  # (task name, why), in the order they ended
-
-    def share(self, first_batch: bool) -> int:
-        """The most candidates one batch of a task may take."""
-        share = max(1, (self.total if first_batch else self.left) // self.tasks)
-        if first_batch and self.first_batch_cap is not None:
-            share = min(share, max(1, int(self.first_batch_cap)))
-        return share
-
-    def take(self, wanted: int, first_batch: bool = False) -> int:
-        granted = max(0, min(self.left, wanted, self.share(first_batch)))
-        self.left -= granted
-        return granted
-
-    def out_of_time(self) -> bool:
-        """True once the deadline has passed; the budget is then spent (``left`` is 0)."""
-        if self.deadline is not None and not self.time_up and time.monotonic() >= self.deadline:
-            self.time_up = True
-            self.left_at_deadline, self.left = self.left, 0
-            logger.info("the time budget is spent: no further batch is handed out")
-        return self.time_up
-
-    def take_late_first_batch(self) -> int:
-        """After the deadline: one candidate for a task never measured, while trials are left."""
-        if not self.late_first_batch_allowed():
-            return 0
-        self.left_at_deadline -= 1
-        self.late_first_batches += 1
-        return 1
-
-    def late_first_batch_allowed(self) -> bool:
-        return self.left_at_deadline > 0 and (
-            self.late_until is None or time.monotonic() < self.late_until)
-
-    def stop(self) -> None:
-        """Hand out nothing more, late first batches included (Ctrl-C, a failed write, no device
-        left): the batches in flight finish and the tune ends."""
-        self.left = 0
-        self.left_at_deadline = 0
-
-    def retire(self, task_name: str, why: str) -> None:
-        """A task ended before the budget did: the tasks still running share what is left."""
-        self.ended_tasks.append((task_name, why))
-        self.tasks = max(1, self.tasks - 1)
 
 
 @derived_object

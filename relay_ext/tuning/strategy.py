@@ -2,13 +2,13 @@
 measuring.
 
 MetaSchedule's default EvolutionarySearch samples a population of 512 candidates and evolves it
-for 4 generations for every batch of 16 measurements: on 2 cores that is 4-9 s per batch for a
-small task and more for a convolution, i.e. seconds of search per measured trial, while one
-measurement of a tiny_resnet or ResNet-18 kernel takes well under a second. :func:`default_search`
+for 4 generations for every batch of 16 measurements: on a machine of a few cores that is
+seconds of search per measured trial, while one measurement of a small model's kernel takes well
+under a second (docs/BENCHMARKS.md, "Search population size"). :func:`default_search`
 keeps the same algorithm with a population of 64 and fewer generations, so a tune of an hour
 measures many more candidates. The sizes are a starting point that the benchmark
-``benchmarks/search_sizing.py`` compares with MetaSchedule's defaults by the model latency reached
-after a given number of minutes (docs/BENCHMARKS.md); see docs/tuning.md.
+``benchmarks/latency_after_tuning.py`` compares with MetaSchedule's defaults by the model latency
+reached after a given number of minutes (docs/BENCHMARKS.md); see docs/tuning.md.
 
     strategy = default_search()             # what the CLI uses
     tune(mod, params, target, work_dir, max_trials=200, strategy=strategy)
@@ -33,9 +33,9 @@ TVM_DEFAULTS: Dict[str, float] = {
     "eps_greedy": 0.05,
 }
 
-# quantfuse's default: a population of 64 (the size with which int8 ResNet-18 224 measured 300
-# trials in 500 s on 2 cores, see issue 19), two generations, the measured share of the initial
-# population raised so that good candidates keep being refined.
+# quantfuse's default: a population of 64 (docs/BENCHMARKS.md, "Search population size"), two
+# generations, the measured share of the initial population raised so that good candidates keep
+# being refined.
 SIZED_DEFAULTS: Dict[str, float] = {
     "population_size": 64,
     "init_measured_ratio": 0.25,

@@ -9,7 +9,9 @@
 **Files** (all names live here): MetaSchedule's ``database_workload.json`` and
 ``database_tuning_record.json``; ``quantfuse_tune.json`` (the :class:`RunDescription`);
 ``tuning_summary.json`` (what :func:`relay_ext.tune` did to each task); ``logs/`` (one log per
-task, ``tvm.log`` for TVM's native lines); ``report.md`` and ``latency.png`` (``bench``).
+task, ``tvm.log`` for TVM's native lines); ``report.md`` and ``latency.png`` (``bench``);
+``never_slower_timings.json`` (:data:`TASK_TIMINGS_FILE`: what the per-task schedule choice timed);
+``<model>_<size>_qdq.onnx`` (:func:`onnx_export_file`: bench's ONNX export of a built-in model).
 
 **Lock.** A tune holds an exclusive ``fcntl.flock`` on ``quantfuse.lock`` while it writes
 (:func:`tuning_lock`); a second tune of the same work dir is refused with :class:`WorkDirBusy`,
@@ -37,8 +39,6 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import functools
-import inspect
 import json
 import logging
 import os
@@ -63,8 +63,15 @@ TVM_LOG_FILE = "tvm.log"
 REPORT_FILE = "report.md"
 CHART_FILE = "latency.png"
 LOCK_FILE = "quantfuse.lock"
-# What the never-slower rule timed (relay_ext.workdir.timing_cache), reused by the next build.
-NEVER_SLOWER_FILE = "never_slower_timings.json"
+# What the per-task schedule choice timed (relay_ext.workdir.timing_cache), reused by the next build.
+TASK_TIMINGS_FILE = "never_slower_timings.json"  # the name work dirs already hold
+
+
+def onnx_export_file(model: str, image_size: int, batch_size: int = 1, seed: int = 0) -> str:
+    """bench's ONNX export of a built-in model (for the ONNX Runtime and OpenVINO rows):
+    ``<model>_<image size>_qdq.onnx``, with the batch size and seed when not the defaults."""
+    extra = (f"_b{batch_size}" if batch_size != 1 else "") + (f"_seed{seed}" if seed else "")
+    return f"{model}_{image_size}{extra}_qdq.onnx"
 
 PathLike = Union[str, os.PathLike]
 
@@ -146,20 +153,6 @@ def tuning_lock(work_dir: PathLike) -> Iterator[None]:
                 if _held[key][1] == 0:
                     file = _held.pop(key)[0]
                     file.close()  # drops the flock
-
-
-def holds_tuning_lock(function):
-    """Decorates a function with a ``work_dir`` argument that writes a database there: it runs
-    holding :func:`tuning_lock` (the work dir is created first)."""
-    signature = inspect.signature(function)
-
-    @functools.wraps(function)
-    def locked(*args, **kwargs):
-        work_dir = signature.bind(*args, **kwargs).arguments["work_dir"]
-        with tuning_lock(work_dir):
-            return function(*args, **kwargs)
-
-    return locked
 
 
 def _acquire(work_dir: Path):
@@ -262,7 +255,7 @@ def open_tuned_database(work_dir: PathLike):
     registered first: those of the target in the work dir's run file, else all of TVM's."""
     from tvm import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
-    from meta_rules.generic.tensor_intrinsics import register_database_intrinsics  # pylint: disable=import-outside-toplevel
+    from meta_rules.database_intrinsics import register_database_intrinsics  # pylint: disable=import-outside-toplevel
 
     work_dir = Path(work_dir)
     if not work_dir.is_dir():

@@ -1,9 +1,9 @@
-"""What the never-slower rule measured, kept in a JSON file so that the next build with the same
-records, target and threads times nothing again.
+"""What the per-task schedule choice timed (:mod:`relay_ext.schedules.task_choice`), kept in a
+JSON file so that the next build with the same records, target and threads times nothing again.
 
-    cache = TimingCache.open(work_dir / NEVER_SLOWER_FILE)   # missing or unreadable: empty
+    cache = TimingCache.open(work_dir / TASK_TIMINGS_FILE)   # missing or unreadable: empty
     key = cache.key(workload, record, target)                  # record + target + threads
-    key = cache.key(workload, record, target, no_search)       # ... timed beside a no-search one
+    key = cache.key(workload, record, target, rule_design)     # ... timed beside the rule design
     cache.get(key) / cache.put(key, comparison); cache.save()
 
 A key hashes the task's workload (its structural hash), the record's trace (decisions
@@ -37,7 +37,7 @@ def tvm_threads() -> int:
 
 
 class TimingCache:
-    """Never-slower comparisons by key, read from and written to one JSON file."""
+    """The per-task choice's comparisons by key, read from and written to one JSON file."""
 
     def __init__(self, path: Path, entries: Optional[Dict[str, Dict]] = None) -> None:
         self.path = path
@@ -52,21 +52,21 @@ class TimingCache:
             data = json.loads(path.read_text())
             if data.get("version") == VERSION and isinstance(data.get("entries"), dict):
                 return cls(path, data["entries"])
-            logger.info("%s: another version of the never-slower cache; timing again", path)
+            logger.info("%s: another version of the task timings cache; timing again", path)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, AttributeError) as error:
-            logger.warning("%s: unreadable never-slower cache (%s); timing again", path, error)
+            logger.warning("%s: unreadable task timings cache (%s); timing again", path, error)
         return cls(path)
 
     @staticmethod
     def key(workload: tvm.IRModule, record: ms.database.TuningRecord, target: Target,
-            no_search: Optional[ms.database.TuningRecord] = None) -> str:
-        """The key of one task's comparison (see the module doc); ``no_search``: the task's
-        no-search record, when it was timed beside ``record``."""
+            rule_design: Optional[ms.database.TuningRecord] = None) -> str:
+        """The key of one task's comparison (see the module doc); ``rule_design``: the task's
+        rule-design record, when it was timed beside ``record``."""
         parts = [str(int(tvm.ir.structural_hash(workload))), str(record.trace)]
-        if no_search is not None:
-            parts += ["no-search", str(no_search.trace)]
+        if rule_design is not None:  # "no-search": as hashed into the keys of saved files
+            parts += ["no-search", str(rule_design.trace)]
         text = "\n".join(parts + [str(target), str(tvm_threads())])
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -90,4 +90,4 @@ class TimingCache:
             os.replace(temporary, self.path)
             self.changed = False
         except OSError as error:
-            logger.warning("could not write the never-slower cache %s (%s)", self.path, error)
+            logger.warning("could not write the task timings cache %s (%s)", self.path, error)

@@ -1,10 +1,11 @@
-"""Relay module -> tuning tasks, each with design spaces checked before the search starts.
+"""Tuning tasks -> MetaSchedule tune contexts, each with design spaces checked before the search.
 
-    tasks = extract_tasks(mod, params, target, variant)               # what MetaSchedule tunes
+    tasks = lowered_tasks(mod, params, target, variant)    # relay_ext.lowering.tasks
     contexts, weights, reports = tune_contexts(tasks, target, variant, work_dir)
 
-Every step takes its pass-context options from :func:`relay_ext.lowering.config.pass_config`,
-so the variant's TE->TIR converter is the same at extraction, tuning and compilation.
+Each context carries the variant's rules (:func:`meta_rules.rule_set`), a search that skips
+recorded candidates (:mod:`relay_ext.tuning.skip_measured_search`) and a log file of its own in
+the work dir; a task whose design spaces TVM cannot generate gets a report instead of a context.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from meta_rules.generic.resilient_space_generator import (
     ResilientPostOrderApply,
 )
 
+from relay_ext.tuning.budget import TrialBudget
+from relay_ext.tuning.options import StrategyLike
+from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch
 from relay_ext.tuning.strategy import default_search
-from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch, TrialBudget
-from relay_ext.workdir.records import RecordIndex
 from relay_ext.workdir.files import LOG_DIR
+from relay_ext.workdir.records import RecordIndex
 
 logger = logging.getLogger(__name__)
-
-StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
 
 
 def search_strategy(strategy: StrategyLike) -> ms.search_strategy.SearchStrategy:

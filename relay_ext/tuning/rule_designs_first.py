@@ -1,17 +1,17 @@
-"""The first candidate of each task in ``tune``: its no-search schedule, measured before the search.
+"""Each task's rule design measured before the search (``tune``'s ``measure_rule_designs_first``).
 
-    seeded = measure_first_candidates(database, contexts, builder, runner, limit)
+    measured = measure_rule_designs(database, contexts, builder, runner, limit)
 
 For each tune context whose workload ``database`` holds no record yet (a resumed tune measures
-nothing again), the no-search schedule (:func:`relay_ext.schedules.rule_designs.context_design`, from
-the design spaces the context already generated) is built by the tune's builder, run by its
-runner, and committed to ``database`` with the run time measured, as any search candidate is.
-The search then starts from it: MetaSchedule's EvolutionarySearch draws its initial population
-from the database's best records, and the tune's best for the task is never slower than that
-measurement. Failed builds or runs commit nothing (logged). Only the first ``limit`` tasks
-without a record, in the order given (the budget's trials: each measurement is one of them), are
-considered, so that a budget smaller than the task count reaches the same tasks as without first
-candidates.
+nothing again), the rule design (:func:`relay_ext.schedules.rule_designs.context_design`: the
+schedule quantfuse's rules give without search, from the design spaces the context already
+generated) is built by the tune's builder, run by its runner, and committed to ``database`` with
+the run time measured, as any search candidate is. The search then starts from it: MetaSchedule's
+EvolutionarySearch draws its initial population from the database's best records, so the tune's
+best for the task is never slower than that measurement. Failed builds or runs commit nothing
+(logged). Only the first ``limit`` tasks without a record, in the order given (the budget's
+trials: each measurement is one of them), are considered, so that a budget smaller than the task
+count reaches the same tasks as a tune without this step.
 """
 
 from __future__ import annotations
@@ -23,17 +23,15 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
-
 from relay_ext.schedules.rule_designs import TaskDesign, commit_design, context_design
 
 logger = logging.getLogger(__name__)
 
 
-def measure_first_candidates(database: ms.Database, contexts: Sequence[ms.TuneContext],
-                             builder: ms.builder.Builder, runner: ms.runner.Runner,
-                             limit: int) -> int:
-    """Measure and commit each context's no-search schedule (see the module doc); returns the
-    number of records committed."""
+def measure_rule_designs(database: ms.Database, contexts: Sequence[ms.TuneContext],
+                         builder: ms.builder.Builder, runner: ms.runner.Runner, limit: int) -> int:
+    """Measure and commit each context's rule design (see the module doc); returns the number of
+    records committed."""
     designs: List[TaskDesign] = []
     considered = 0
     for context in contexts:
@@ -48,7 +46,7 @@ def measure_first_candidates(database: ms.Database, contexts: Sequence[ms.TuneCo
         if design.has_record:
             designs.append(design)
         else:
-            logger.debug("%s: no first candidate (%s)", context.task_name, design.design)
+            logger.debug("%s: no rule design to measure (%s)", context.task_name, design.design)
     if not designs:
         return 0
     target = contexts[0].target
@@ -61,7 +59,7 @@ def measure_first_candidates(database: ms.Database, contexts: Sequence[ms.TuneCo
     inputs, ran = [], []
     for design, mod, result in zip(designs, modules, built):
         if result.error_msg:
-            logger.warning("%s: the no-search candidate did not build: %s", design.task,
+            logger.warning("%s: its rule design did not build: %s", design.task,
                            str(result.error_msg).strip().splitlines()[-1][:200])
             continue
         inputs.append(ms.runner.RunnerInput(
@@ -79,16 +77,13 @@ def measure_first_candidates(database: ms.Database, contexts: Sequence[ms.TuneCo
             if remove is not None:
                 remove(artifact)
         if result.error_msg or not result.run_secs:
-            logger.warning("%s: the no-search candidate did not run: %s", design.task,
+            logger.warning("%s: its rule design did not run: %s", design.task,
                            str(result.error_msg).strip().splitlines()[-1][:200]
                            if result.error_msg else "no time")
             continue
         run_secs = [float(s) for s in result.run_secs]
         commit_design(database, design, target, run_secs)
         committed += 1
-        logger.info("%s: no-search candidate (%s) measured first: %.4f ms", design.task,
+        logger.info("%s: rule design (%s) measured first: %.4f ms", design.task,
                     design.design, 1e3 * sum(run_secs) / len(run_secs))
     return committed
-
-
-
