@@ -1,7 +1,14 @@
-"""relay_ext: the Relay/TE side of quantfuse -- converter hook, models, tuning flow, deploy, CLI.
+"""relay_ext: the Relay/TE side of quantfuse -- models in, converter hook, tuning, build, bench,
+deploy, CLI.
+
+    model = relay_ext.load_model("tiny_resnet")            # or a .pt / .onnx / .pt2 file
+    database = relay_ext.tune(model.mod, model.params, "host", work_dir="work", max_trials=64)
+    compiled = relay_ext.compile(model, records=database)   # what bench's "TVM tuned" row times
+    outputs = relay_ext.run_module(compiled, model.inputs)
+    result = relay_ext.bench(model, records="work")        # TVM against every peer runtime
 
 Importing the package imports nothing of TVM: every public name below (``relay_ext.tune``,
-``relay_ext.frontend.models``, ``relay_ext.load`` ...) loads on first use. The tuning flow imports
+``relay_ext.load_model``, ``relay_ext.load`` ...) loads on first use. The tuning flow imports
 TVM's tensor intrinsics and the models import PyTorch, 15-20 s together; every MetaSchedule
 builder worker (a fresh process per batch of candidates) imports this package to unpickle
 :func:`relay_ext.lowering.config.build_candidate`; and ``quantfuse run`` loads an exported
@@ -19,14 +26,17 @@ _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 # public name -> (module, attribute in it; None for the module itself)
 _LAZY = {
     "accuracy": ("relay_ext.report.accuracy", None),  # TVM-vs-PyTorch step error
-    "models": ("relay_ext.frontend.models", None),  # quantized PyTorch models: relay_ext.frontend.models.load
-    # the issue's name: relay_ext.compile; bench's tuned build (the never-slower rule) by default
-    "compile": ("relay_ext.build.tuned", "compile_model"),
+    # a built-in model or a model file (TorchScript, QDQ ONNX, PT2E) -> LoadedModel
+    "load_model": ("relay_ext.frontend.loader", "load_model"),
+    # TVM's builds against the peer runtimes -> BenchResult (what `quantfuse bench` prints)
+    "bench": ("relay_ext.latency.run", "bench"),
+    # the one build entry point: bench's rows as its ``schedule`` ("tuned", "no-search", "default")
+    "compile": ("relay_ext.build.entry", "compile"),
     "export": ("relay_ext.deploy.export", "export"),  # model.so + model.json, what bench timed
     "load": ("relay_ext.deploy.runtime", "load"),  # an exported model.so, TVM's runtime only
     "pass_config": ("relay_ext.lowering.config", "pass_config"),  # registers the converter
     "extract_tasks": ("relay_ext.tuning", "extract_tasks"),
-    "run_module": ("relay_ext.tuning", "run_module"),
+    "run_module": ("relay_ext.measure.run", "run_module"),  # a compiled model on numpy inputs
     "tune": ("relay_ext.tuning", "tune"),
 }
 

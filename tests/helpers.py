@@ -43,8 +43,8 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     from relay_ext.cli import commands as cli_commands
     from relay_ext.cli.inputs import load_model
     from relay_ext.cli.parser import build_parser
-    from relay_ext.tuning import compile_model
-    from relay_ext.workdir.files import CHART_FILE, REPORT_FILE, open_tuned_database
+    from relay_ext.build import compile
+    from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
     from quantized_test_nets import worst_steps
 
     tolerance = 1e-3  # whole steps, up to float rounding
@@ -58,7 +58,7 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     out = capsys.readouterr().out
     assert re.search(rf"{trials} records in .*tasks have a valid measurement", out), out
 
-    # --keep-slower-records: the never-slower rule's second build of each task is tested in
+    # --keep-slower-records: the per-task choice's second build of each task is tested in
     # test_cli_bench.py and test_never_slower.py, not needed here; --no-peers: OpenVINO and
     # Inductor (a compile of the model) are tested in test_bench_peers.py
     assert cli.main(["bench", *model_args, "--work-dir", str(work_dir), "--repeats", "2",
@@ -76,7 +76,7 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     # The tuned build agrees with the reference on more inputs than bench's one.
     loaded = load_model(build_parser().parse_args(["fusion", *model_args]))
     target = model_args[model_args.index("--target") + 1]
-    lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, target)
+    lib = compile(loaded, target=target, records=work_dir, choose_per_task=False).lib
     assert worst_steps(loaded, lib) <= max_steps + tolerance
 
 
@@ -113,3 +113,23 @@ def run_child(code: str) -> str:
                            cwd=Path(__file__).resolve().parents[1])
     assert child.returncode == 0, f"child exited {child.returncode}:\n{child.stderr[-3000:]}"
     return child.stdout
+
+
+def slow_conv_database(model, target):
+    """(tasks, task, database): ``model``'s tasks on ``target`` (normalised), one of its convs
+    (the same every run), and a database whose only record is a deliberately slow schedule of it
+    (the loops in reverse order: reduction outermost, no vectorization, no parallel loop),
+    claiming 1 ns."""
+    from relay_ext.lowering.tasks import extract_tasks
+
+    tasks = extract_tasks(model.mod, model.params, target)
+    task = max((t for t in tasks if "conv2d" in t.task_name), key=lambda t: t.task_name)
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(task.dispatched[0])
+    slow = tir.Schedule(task.dispatched[0])
+    (conv,) = slow.get_child_blocks(slow.get_block("root"))
+    slow.reorder(*reversed(slow.get_loops(conv)))
+    (func,) = task.dispatched[0].functions.values()
+    database.commit_tuning_record(ms.database.TuningRecord(
+        slow.trace, workload, [1e-9], target, ms.arg_info.ArgInfo.from_prim_func(func)))
+    return tasks, task, database

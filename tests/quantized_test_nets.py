@@ -26,10 +26,10 @@ from torch import nn
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-from relay_ext import models
+from relay_ext.frontend import models
 from relay_ext.report.accuracy import step_error
 from relay_ext.frontend import eager_quantization, onnx_export
-from relay_ext.tuning import run_module
+from relay_ext.measure.run import run_module
 
 CALIBRATION_BATCHES = 4
 
@@ -159,7 +159,7 @@ class MBConv(nn.Module):
 
 
 class SwishEfficientNet(nn.Module):
-    """A small EfficientNet-B0 as a third party writes it (issue 32): stem conv-bn-swish (stride
+    """A small EfficientNet-B0 as a third party writes it: stem conv-bn-swish (stride
     2), an MBConv without expansion and with its residual add, an MBConv with expansion 4 and
     stride 2, a 1x1 head conv-bn-swish, global average pool, linear classifier."""
 

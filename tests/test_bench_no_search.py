@@ -1,5 +1,5 @@
 """``quantfuse bench`` without a work dir (the no-search build beside TVM's untuned one) and with
-one (the never-slower rule's timings kept there: a second bench times no task again)."""
+one (the per-task choice's timings kept there: a second bench times no task again)."""
 
 import json
 
@@ -7,8 +7,8 @@ import pytest
 
 from relay_ext import cli
 from relay_ext.lowering import targets
-from relay_ext.schedules import task_choice as never_slower
-from relay_ext.workdir.files import NEVER_SLOWER_FILE, REPORT_FILE
+from relay_ext.schedules import task_choice
+from relay_ext.workdir.files import TASK_TIMINGS_FILE, REPORT_FILE
 
 from conftest import AVX2, TINY_32
 
@@ -48,19 +48,19 @@ def test_bench_without_a_work_dir_times_the_no_search_and_the_untuned_build(avx2
 
 
 def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, monkeypatch):
-    """The never-slower rule's timings are kept in the work dir: the second bench, and an export
+    """The per-task choice's timings are kept in the work dir: the second bench, and an export
     after it, call ``time_task`` for no task and make the same choices."""
     work_dir, _ = tiny_tuned
     calls = []  # the tasks timed, inside the model or alone
-    timed, profiled = never_slower.time_task, never_slower.measure_in_model
-    monkeypatch.setattr(never_slower, "time_task",
+    timed, profiled = task_choice.time_task, task_choice.measure_in_model
+    monkeypatch.setattr(task_choice, "time_task",
                         lambda *args, **kwargs: calls.append(args[0]) or timed(*args, **kwargs))
-    monkeypatch.setattr(never_slower, "measure_in_model",
+    monkeypatch.setattr(task_choice, "measure_in_model",
                         lambda plans, *args: calls.extend(plans) or profiled(plans, *args))
     command = ["bench", *TINY_32, *CHEAP, "--work-dir", str(work_dir), "--json"]
     assert cli.main(command) == 0
     first = json.loads(capsys.readouterr().out)
-    assert calls and (work_dir / NEVER_SLOWER_FILE).exists()
+    assert calls and (work_dir / TASK_TIMINGS_FILE).exists()
     # every task with a tuned record or a no-search schedule was timed (the tuned choices, or
     # the no-search build's where the whole-model check replaced the tuned build)
     assert len(calls) >= len(first["tasks_vs_default"]) > 0
@@ -79,7 +79,7 @@ def test_a_second_bench_of_a_work_dir_times_no_task_again(tiny_tuned, capsys, mo
     # no-search schedule), and each comparison's choice is the fastest of what it timed
     for task in first["tasks_vs_default"]:
         timed = {"tuned" if task["record_source"] == "tuned" else "no-search": task["record_ms"],
-                 "default": task["default_ms"] * (1 + never_slower.MARGIN)}
+                 "default": task["default_ms"] * (1 + task_choice.MARGIN)}
         if task["no_search_ms"] is not None:
             timed["no-search"] = min(timed.get("no-search", 1e9), task["no_search_ms"])
         assert task["choice"] == min(timed, key=timed.get) or (

@@ -1,5 +1,5 @@
-"""Issue 30: quantfuse export writes what bench timed as model.so + model.json; TVM's runtime alone
-(no PyTorch, no Relay) loads and runs it, here, in a fresh process and on an RPC server."""
+"""quantfuse export writes what bench timed as model.so + model.json; TVM's runtime alone (no
+PyTorch, no Relay) loads and runs it, here, in a fresh process and on an RPC server."""
 
 import json
 import os
@@ -14,14 +14,13 @@ import tvm
 
 import relay_ext
 from relay_ext import cli
-from relay_ext.build import tuned as deploy_build
+from relay_ext.build import Compiled, compile
+from relay_ext.build import entry as build_entry
 from relay_ext.deploy import export as deploy_export
 from relay_ext.deploy.runtime import DeployError, load
 from relay_ext.lowering import targets
 from relay_ext.report.accuracy import quantization_step_error
-from relay_ext.build.default import build_default
-from relay_ext.measure.timing import with_tvm_threads
-from relay_ext.tuning import run_module
+from relay_ext.measure.run import run_module
 from relay_ext.workdir.files import open_tuned_database
 from conftest import AVX2, TINY_32, TUNED_TRIALS
 from helpers import one_error_line
@@ -82,7 +81,7 @@ def untuned(avx2_here, tiny32, tmp_path_factory):
     """tiny_resnet 32x32 exported without a work dir through the API: (library, result)."""
     library = tmp_path_factory.mktemp("untuned") / "model.so"
     return library, relay_ext.export(library, tiny32.mod, tiny32.params, AVX2,
-                                     model_name="tiny_resnet")
+                                     schedule="default", model_name="tiny_resnet")
 
 
 def test_untuned_export_is_benchs_untuned_build_run_by_tvms_runtime_alone(untuned, tiny32,
@@ -97,7 +96,7 @@ def test_untuned_export_is_benchs_untuned_build_run_by_tvms_runtime_alone(untune
         output["zero_point"], int)
     assert manifest["build"] == "untuned" and manifest["records"]["count"] == 0
     assert manifest["tvm"] == tvm.__version__ and "-mcpu=core-avx2" in manifest["target"]
-    bench_lib = build_default(tiny32.mod, tiny32.params, targets.normalize_target(AVX2))  # bench's
+    bench_lib = compile(tiny32, target=AVX2, schedule="default")  # bench's untuned row
     model = load(library)  # relay_ext.load, in this process
     for data in inputs_of(tiny32):
         deployed = run_runtime_only(library, data, tmp_path)
@@ -109,19 +108,19 @@ def test_untuned_export_is_benchs_untuned_build_run_by_tvms_runtime_alone(untune
 
 def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
         tiny_tuned, tiny32, tmp_path, capsys, monkeypatch):
-    """The work dir's records under the never-slower rule, timed with bench's thread count (all
+    """The work dir's records under the per-task choice, timed with bench's thread count (all
     CPUs); the library's output equals the tuned build bench makes, made here as
-    relay_ext.bench.run.measure_latency makes it (the rule's choice is a timing, so the
-    choice may differ between the two builds on a busy machine: int8 schedules of one task give
-    the same integers, and both builds are also checked against PyTorch)."""
+    relay_ext.latency.run.measure_latency makes it (the choice is a timing, so it may differ
+    between the two builds on a busy machine: int8 schedules of one task give the same integers,
+    and both builds are also checked against PyTorch)."""
     work_dir, _ = tiny_tuned
-    real_rule, threads_timed = deploy_build.compile_builds, []
+    real_builds, threads_timed = build_entry._make_builds, []
 
-    def spied_rule(*args, **kwargs):
+    def spied_builds(*args, **kwargs):
         threads_timed.append(os.environ.get("TVM_NUM_THREADS"))
-        return real_rule(*args, **kwargs)
+        return real_builds(*args, **kwargs)
 
-    monkeypatch.setattr(deploy_build, "compile_builds", spied_rule)
+    monkeypatch.setattr(build_entry, "_make_builds", spied_builds)
     library = tmp_path / "out" / "tiny.so"
     library.parent.mkdir()
     assert cli.main(["export", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
@@ -137,10 +136,9 @@ def test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone(
     assert manifest["records"]["digest"] == deploy_export.records_digest(database)
     assert manifest["threads"] == os.cpu_count()
 
-    bench_lib = with_tvm_threads(os.cpu_count(), lambda: real_rule(
-        database, tiny32.mod, tiny32.params, targets.normalize_target(AVX2), "ours")).tuned
-    api_lib = relay_ext.compile(database, tiny32.mod, tiny32.params, AVX2)  # the rule, too
-    assert threads_timed == [str(os.cpu_count())] * 2
+    bench_lib = compile(tiny32, target=AVX2, records=database, with_no_search=True)  # bench's
+    api_lib = relay_ext.compile(tiny32, target=AVX2, records=work_dir)  # the same, from the path
+    assert threads_timed == [str(os.cpu_count())] * 3
     for data in inputs_of(tiny32):
         deployed = run_runtime_only(library, data, tmp_path)
         np.testing.assert_array_equal(deployed, run_module(bench_lib, {"input": data})[0])
@@ -220,9 +218,11 @@ class _HalfWritten:
                          ids=["disk-full", "ctrl-c"])
 def test_a_failed_or_interrupted_export_leaves_no_half_file(untuned, tiny32, tmp_path,
                                                             monkeypatch, error):
-    monkeypatch.setattr(deploy_export, "untuned_build", lambda *args: _HalfWritten(error))
+    half_written = Compiled(_HalfWritten(error), "default", targets.normalize_target(AVX2))
+    monkeypatch.setattr(deploy_export, "compile", lambda *args, **kwargs: half_written)
     with pytest.raises(type(error)):
-        relay_ext.export(tmp_path / "model.so", tiny32.mod, tiny32.params, AVX2)
+        relay_ext.export(tmp_path / "model.so", tiny32.mod, tiny32.params, AVX2,
+                         schedule="default")
     assert list(tmp_path.iterdir()) == []
 
     library, _ = untuned  # an earlier export at the path stays whole
@@ -230,14 +230,16 @@ def test_a_failed_or_interrupted_export_leaves_no_half_file(untuned, tiny32, tmp
     for name, content in before.items():
         (tmp_path / name).write_bytes(content)
     with pytest.raises(type(error)):
-        relay_ext.export(tmp_path / "model.so", tiny32.mod, tiny32.params, AVX2)
+        relay_ext.export(tmp_path / "model.so", tiny32.mod, tiny32.params, AVX2,
+                         schedule="default")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_the_cli_export_that_fails_prints_one_line_and_writes_nothing(avx2_here, tmp_path,
                                                                       monkeypatch, capsys):
-    monkeypatch.setattr(deploy_export, "untuned_build",
-                        lambda *args: _HalfWritten(OSError(28, "No space left on device")))
+    half_written = Compiled(_HalfWritten(OSError(28, "No space left on device")), "default",
+                            targets.normalize_target(AVX2))
+    monkeypatch.setattr(deploy_export, "compile", lambda *args, **kwargs: half_written)
     assert cli.main(["export", *TINY_32, "--target", AVX2, "--out",
                      str(tmp_path / "model.so")]) == cli.EXIT_FAILED
     err = [line for line in capsys.readouterr().err.splitlines() if "failed" in line]

@@ -1,23 +1,20 @@
-"""Issue 18's never-slower rule: a task whose best record runs slower than TVM's default schedule
-of the task is compiled with the default. The database holds a deliberately slow record of a
-convolution (its loops reversed: serial, not vectorized), which claims 1 ns."""
+"""relay_ext/schedules/task_choice.py, the per-task choice: a task whose best record runs slower
+than TVM's default schedule of the task is compiled with the default. The database holds a
+deliberately slow record of a convolution (its loops reversed: serial, not vectorized), which
+claims 1 ns."""
 
 import numpy as np
 import pytest
-import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
 
+from relay_ext.build import compile
 from relay_ext.lowering import targets
-from relay_ext.build.default import build_untuned
-from relay_ext.tuning import extract_tasks, run_module
-from relay_ext.schedules.task_choice import (
-    compile_never_slower,
-    never_slower_records,
-    weight_params,
-    task_function_module,
-)
+from relay_ext.measure.run import run_module
+from relay_ext.schedules.task_choice import choose_per_task
+from relay_ext.schedules.task_inputs import task_function_module, weight_params
 from conftest import AVX2
+from helpers import slow_conv_database as make_slow_conv_database
 
 
 @pytest.fixture(scope="module")
@@ -25,25 +22,12 @@ def slow_conv_database(tiny):
     if targets.missing_features(AVX2):
         pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
     target = targets.normalize_target(AVX2)
-    tasks = extract_tasks(tiny.mod, tiny.params, target)
-    convs = [t for t in tasks if "conv2d" in t.task_name]
-    task = max(convs, key=lambda t: t.task_name)  # any conv; the same one every run
-    database = ms.database.MemoryDatabase()
-    workload = database.commit_workload(task.dispatched[0])
-    # deliberately slow: the convolution's loops in reverse order (reduction outermost, no
-    # vectorization, no parallel loop), claiming 1 ns
-    slow = tir.Schedule(task.dispatched[0])
-    (conv,) = slow.get_child_blocks(slow.get_block("root"))
-    slow.reorder(*reversed(slow.get_loops(conv)))
-    (func,) = task.dispatched[0].functions.values()
-    database.commit_tuning_record(ms.database.TuningRecord(
-        slow.trace, workload, [1e-9], target, ms.arg_info.ArgInfo.from_prim_func(func)))
-    return target, tasks, task, database
+    return (target, *make_slow_conv_database(tiny, target))
 
 
 def test_a_record_slower_than_the_default_is_dropped(slow_conv_database, tiny):
     target, tasks, task, database = slow_conv_database
-    kept = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
+    kept = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
     # only the task that has a record is compared, and its naive record lost to TOPI's schedule
     assert [c.task for c in kept.comparisons] == [task.task_name]
     (comparison,) = kept.comparisons
@@ -55,13 +39,16 @@ def test_a_record_slower_than_the_default_is_dropped(slow_conv_database, tiny):
 
 
 def test_the_model_compiled_under_the_rule_is_the_default_build(slow_conv_database, tiny):
-    target, tasks, task, database = slow_conv_database
-    lib, kept = compile_never_slower(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
-    assert [c.task for c in kept.defaults] == [task.task_name]
-    with tvm.transform.PassContext(opt_level=3):
-        untuned = build_untuned(tiny.mod, tiny.params, target)
-    ours, default = run_module(lib, tiny.inputs)[0], run_module(untuned, tiny.inputs)[0]
-    np.testing.assert_array_equal(ours, default)
+    """relay_ext.compile with the slow record: the conv gets its rule design or TVM's default,
+    never the record, and the model computes what TVM's default build does."""
+    target, _, task, database = slow_conv_database
+    compiled = compile(tiny, target=target, records=database)
+    (comparison,) = [c for c in compiled.choices if c.task == task.task_name]
+    assert comparison.choice in ("no-search", "default"), comparison  # not the slow record
+    assert task.task_name in compiled.default_tasks + compiled.rule_design_tasks
+    default = compile(tiny, target=target, schedule="default")
+    ours, theirs = run_module(compiled, tiny.inputs)[0], run_module(default, tiny.inputs)[0]
+    np.testing.assert_array_equal(ours, theirs)
 
 
 def test_the_weights_of_a_conv_task_are_bound_as_constants(slow_conv_database):
@@ -103,50 +90,50 @@ def _with_other_record(database, task, target):
 
 @pytest.fixture
 def timer(monkeypatch):
-    """never_slower's task timing replaced by a :class:`CountingTimer`."""
-    from relay_ext.schedules import task_choice as never_slower
+    """The per-task choice's task timing replaced by a :class:`CountingTimer`."""
+    from relay_ext.schedules import task_choice
 
     counting = CountingTimer()
-    monkeypatch.setattr(never_slower, "time_task", counting)
+    monkeypatch.setattr(task_choice, "time_task", counting)
     # no in-model profile: every task goes to the (counting) timing of one task alone
-    monkeypatch.setattr(never_slower, "measure_in_model", lambda *args, **kwargs: {})
+    monkeypatch.setattr(task_choice, "measure_in_model", lambda *args, **kwargs: {})
     return counting
 
 
 def test_a_second_call_with_the_cache_times_nothing(slow_conv_database, tiny, tmp_path, timer):
     target, tasks, task, database = slow_conv_database
     cache = tmp_path / "never_slower_timings.json"
-    first = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    first = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                                  cache_path=cache)
     assert timer.timed == [task.task_name] and cache.is_file()
-    second = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    second = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                                   cache_path=cache)
     assert timer.timed == [task.task_name]  # nothing timed again
     assert [c.to_dict() for c in second.comparisons] == [c.to_dict() for c in first.comparisons]
     assert second.defaults and not second.database.get_all_tuning_records()
     # without a cache path, every call times
-    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
+    choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks)
     assert len(timer.timed) == 2
 
 
 def test_a_changed_record_or_target_is_timed_again(slow_conv_database, tiny, tmp_path, timer):
     target, tasks, task, database = slow_conv_database
     cache = tmp_path / "cache.json"
-    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                          cache_path=cache)
     other = _with_other_record(database, task, target)
-    never_slower_records(other, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    choose_per_task(other, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                          cache_path=cache)
     assert len(timer.timed) == 2  # another trace: timed
     one_core = targets.normalize_target(AVX2.replace("-num-cores 2", "-num-cores 1"))
-    never_slower_records(database, tiny.mod, tiny.params, one_core, "ours", tasks=tasks,
+    choose_per_task(database, tiny.mod, tiny.params, one_core, "ours", tasks=tasks,
                          cache_path=cache)
     assert len(timer.timed) == 3  # another target string: timed
-    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                          cache_path=cache)
     assert len(timer.timed) == 3  # both kept: the first one is still there
     cache.write_text("{not json")
-    never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+    choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
                          cache_path=cache)
     assert len(timer.timed) == 4  # an unreadable cache is read as empty, and rewritten
     assert '"entries"' in cache.read_text()
@@ -210,16 +197,16 @@ def test_tvms_fallback_configuration_warning_does_not_reach_stderr(tmp_path):
     assert "Cannot find config" not in runs["quantfuse"].stderr + runs["quantfuse"].stdout
 
 
-# --- the no-search schedule beside the tuned record (relay_ext.build.whole_model, issue 29) ---
+# --- the rule design beside the tuned record (relay_ext.build.whole_model) ---
 
 @pytest.fixture(scope="module")
 def no_search_designs(slow_conv_database, tiny):
-    """The compilable no-search records of tiny_resnet's tasks (AVX2)."""
+    """The compilable rule design records of tiny_resnet's tasks (AVX2)."""
     from relay_ext.schedules.records import compilable_records
-    from relay_ext.schedules.rule_designs import no_search_records
+    from relay_ext.schedules.rule_designs import rule_design_records
 
     target, tasks, _, _ = slow_conv_database
-    found = no_search_records(tiny.mod, tiny.params, target, "ours", tasks)
+    found = rule_design_records(tiny.mod, tiny.params, target, "ours", tasks)
     assert any(d.has_record for d in found.designs)
     return compilable_records(found.database).database
 
@@ -236,8 +223,8 @@ def test_the_slow_record_loses_to_its_no_search_schedule_or_the_default_and_ever
     """Timed for real: the deliberately slow record is beaten; every task with a no-search design
     but no tuned record is timed too (its no-search schedule against the default)."""
     target, tasks, task, database = slow_conv_database
-    kept = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
-                                no_search=no_search_designs)
+    kept = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                designs=no_search_designs)
     by_task = {c.task: c for c in kept.comparisons}
     slow = by_task[task.task_name]
     assert slow.record_source == "tuned" and slow.no_search_ms is not None, slow
@@ -265,39 +252,39 @@ class ChoosingTimer:
     def __init__(self, no_search_ms):
         self.no_search_ms = no_search_ms
 
-    def __call__(self, task, database, target, variant, rounds=5, on_built=None, no_search=None,
+    def __call__(self, task, database, target, variant, rounds=5, on_built=None, design=None,
                  record_source="tuned"):
         from relay_ext.schedules.task_choice import TaskVsDefault
 
         record_ms = self.no_search_ms if record_source == "no-search" else 2.0
         return TaskVsDefault(task.task_name, record_ms, 3.0, int(task.weight),
-                             self.no_search_ms if no_search is not None else None, record_source)
+                             self.no_search_ms if design is not None else None, record_source)
 
 
 @pytest.mark.parametrize("no_search_ms, expected", [(1.0, "no-search"), (2.5, "tuned"),
                                                     (9.0, "tuned")])
 def test_the_faster_of_the_tuned_record_and_the_no_search_schedule_is_compiled(
         slow_conv_database, no_search_designs, tiny, monkeypatch, no_search_ms, expected):
-    from relay_ext.schedules import task_choice as never_slower
-    from relay_ext.build.whole_model import no_search_choice
+    from relay_ext.schedules import task_choice
+    from relay_ext.build.whole_model import _design_choice
 
-    monkeypatch.setattr(never_slower, "time_task", ChoosingTimer(no_search_ms))
-    monkeypatch.setattr(never_slower, "measure_in_model", lambda *args, **kwargs: {})
+    monkeypatch.setattr(task_choice, "time_task", ChoosingTimer(no_search_ms))
+    monkeypatch.setattr(task_choice, "measure_in_model", lambda *args, **kwargs: {})
     target, tasks, task, database = slow_conv_database
     if _trace_of(no_search_designs, task.dispatched[0]) is None:
         pytest.skip(f"{task.task_name} has no no-search design on {AVX2}")
-    kept = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
-                                no_search=no_search_designs)
+    kept = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                designs=no_search_designs)
     (comparison,) = [c for c in kept.comparisons if c.task == task.task_name]
     assert comparison.choice == expected, comparison
     held = _trace_of(kept.database, task.dispatched[0])
     source = no_search_designs if expected == "no-search" else database
     assert held == _trace_of(source, task.dispatched[0])
-    assert (task.task_name in [c.task for c in kept.no_search_used]) == (expected == "no-search")
-    # the no-search build, from the same timings: its schedule unless the default (3 ms) beat it
-    alone = no_search_choice(no_search_designs, kept)
+    assert (task.task_name in [c.task for c in kept.rule_designs_used]) == (expected == "no-search")
+    # the rule designs' build, from the same timings: its schedule unless the default (3 ms) beat it
+    alone = _design_choice(no_search_designs, kept)
     held = _trace_of(alone.database, task.dispatched[0])
-    if no_search_ms > 3.0 * (1 + never_slower.MARGIN):
+    if no_search_ms > 3.0 * (1 + task_choice.MARGIN):
         assert held is None
     else:
         assert held == _trace_of(no_search_designs, task.dispatched[0])
@@ -308,23 +295,23 @@ def test_every_task_is_timed_inside_the_model_once_and_then_read_from_the_cache(
         slow_conv_database, no_search_designs, tiny, tmp_path, monkeypatch):
     """The default measurement profiles three builds of the whole model (records, no-search,
     default), one call for every task; no task is timed alone; a second call reads the cache."""
-    from relay_ext.schedules import task_choice as never_slower
+    from relay_ext.schedules import task_choice
 
     profiled, alone = [], []
-    real = never_slower.measure_in_model
-    monkeypatch.setattr(never_slower, "measure_in_model",
+    real = task_choice.measure_in_model
+    monkeypatch.setattr(task_choice, "measure_in_model",
                         lambda plans, *rest: profiled.append(len(plans)) or real(plans, *rest))
-    monkeypatch.setattr(never_slower, "time_task",
+    monkeypatch.setattr(task_choice, "time_task",
                         lambda task, *rest, **kwargs: alone.append(task.task_name))
     target, tasks, task, database = slow_conv_database
     cache = tmp_path / "cache.json"
-    first = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
-                                 cache_path=cache, no_search=no_search_designs)
+    first = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                 cache_path=cache, designs=no_search_designs)
     assert profiled == [len(first.comparisons)] and alone == [], (profiled, alone)
     slow = [c for c in first.comparisons if c.task == task.task_name][0]
     assert slow.record_ms > 1.5 * min(slow.default_ms, slow.no_search_ms), slow
     assert all(c.default_ms > 0 and c.record_ms > 0 for c in first.comparisons)
-    second = never_slower_records(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
-                                  cache_path=cache, no_search=no_search_designs)
+    second = choose_per_task(database, tiny.mod, tiny.params, target, "ours", tasks=tasks,
+                                  cache_path=cache, designs=no_search_designs)
     assert profiled == [len(first.comparisons)] and alone == []
     assert [c.to_dict() for c in second.comparisons] == [c.to_dict() for c in first.comparisons]

@@ -1,5 +1,6 @@
-"""Issue 29's no-search build (relay_ext/schedules/rule_designs.py): each task's rule design with its
-sampling decisions computed from the shape and the target, no measuring. The numerics run on any
+"""The rule designs (relay_ext/schedules/rule_designs.py; bench's "TVM no-search" build): each
+task's rule design with its sampling decisions computed from the shape and the target, no
+measuring. The numerics run on any
 host whose OS enables the target's features (else skipped, saying which); the AMX design is
 checked structurally everywhere (built for AMX, not run) and run only on an AMX host."""
 
@@ -13,11 +14,12 @@ import meta_rules
 from meta_rules.generic.resilient_space_generator import ResilientPostOrderApply
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86.amx import request_amx_tile_data
-from relay_ext.tuning import extract_tasks, run_module
-from relay_ext.schedules.records import build_with_records
+from relay_ext.build import compile
+from relay_ext.measure.run import run_module
+from relay_ext.tuning import extract_tasks
 from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
-                                        no_search_records, register_caps, task_design,
-                                        tile_decisions)
+                                              register_caps, rule_design_records, task_design,
+                                              tile_decisions)
 from conftest import AVX2
 from test_amx_conv import AMX, conv_module, reference
 
@@ -147,7 +149,7 @@ def test_the_amx_design_matches_numpy_on_an_amx_host():
 def test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does(tiny, target):
     target = needs(target)
     tasks = extract_tasks(tiny.mod, tiny.params, target)
-    found = no_search_records(tiny.mod, tiny.params, target, "ours", tasks)
+    found = rule_design_records(tiny.mod, tiny.params, target, "ours", tasks)
     by_task = {d.task: d for d in found.designs}
     convs = [d for name, d in by_task.items() if "conv2d" in name]
     assert convs and all(d.has_record for d in convs)
@@ -158,10 +160,11 @@ def test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does(ti
     records = found.database.get_all_tuning_records()
     assert len(records) == sum(d.has_record for d in found.designs)
     assert all([float(s) for s in r.run_secs] == [UNMEASURED_RUN_SECS] for r in records)
-    ours = run_module(build_with_records(found.database, tiny.mod, tiny.params, target, "ours"),
-                      tiny.inputs)
-    default = run_module(build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params,
-                                            target, "ours"), tiny.inputs)
+    compiled = compile(tiny, target=target, schedule="no-search", choose_per_task=False)
+    assert [d.trace is None for d in compiled.designs.designs] == [
+        d.trace is None for d in found.designs]  # the build's own designs: the same tasks
+    ours = run_module(compiled, tiny.inputs)
+    default = run_module(compile(tiny, target=target, schedule="default"), tiny.inputs)
     for a, b in zip(ours, default):
         np.testing.assert_array_equal(a, b)
 
@@ -175,7 +178,7 @@ def test_a_task_no_rule_decides_has_no_record(tiny):
 
 
 def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
-    """Issue 29: a tune's first candidate per task is its no-search schedule, measured by the
+    """A tune's first candidate per task is its rule design (the no-search schedule), measured by the
     tune's runner and counted in the budget; a resumed tune measures none again."""
     import json
 
@@ -184,9 +187,9 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
     target = needs(AVX2)
     work_dir = tmp_path / "w"
     database = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=6, seed=0,
-                    first_candidates=True)
+                    measure_rule_designs_first=True)
     summary = json.loads((work_dir / "tuning_summary.json").read_text())
-    seeded = summary["first_candidates"]
+    seeded = summary["rule_designs_measured_first"]
     assert seeded >= 2  # tiny_resnet's two convs at least (the dense too, budget permitting)
     assert summary["records"] <= 6  # one trial each: the budget holds them
     tasks = extract_tasks(tiny32.mod, tiny32.params, target)
@@ -202,7 +205,7 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
         assert all(0 < t < UNMEASURED_RUN_SECS for t in times)
     again = tune(tiny32.mod, tiny32.params, target, work_dir, max_trials=2, seed=0)
     resumed = json.loads((work_dir / "tuning_summary.json").read_text())
-    assert resumed["first_candidates"] <= 2  # within the new budget, tasks without a record only
+    assert resumed["rule_designs_measured_first"] <= 2  # within the new budget, tasks without a record only
     for task in convs:  # the convs had records: their no-search schedule is not measured again
         expected = str(task_design(task, target, "ours").trace)
         assert sum(str(r.trace) == expected for r in again.get_all_tuning_records()
@@ -210,24 +213,23 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
 
 
 def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
-    """compile_no_search folds constants once with numpy first (relay_ext.lowering.prefold); if
-    that fails, the build goes on from the model as given (Relay folds them), with a warning."""
+    """The rule designs' build folds constants once with numpy first (relay_ext.lowering.prefold);
+    if that fails, the build goes on from the model as given (Relay folds them), with a warning."""
     import logging
 
-    from relay_ext.build import whole_model as builds
+    from relay_ext.build import whole_model
 
     def broken(*args, **kwargs):
         raise ValueError("prefold broke")
-    monkeypatch.setattr(builds, "prefold", broken)  # compile_no_search builds through builds.py
+    monkeypatch.setattr(whole_model, "prefold", broken)  # every build prefolds through it
     target = targets.normalize_target(AVX2)
     with caplog.at_level(logging.WARNING, logger="relay_ext.build.whole_model"):
-        lib, found, kept = builds.compile_no_search(tiny.mod, tiny.params, target, "ours",
-                                                    never_slower=False)
-    assert kept is None and any(d.has_record for d in found.designs)
+        compiled = compile(tiny, target=target, schedule="no-search", choose_per_task=False)
+    assert compiled.choices is None and any(d.has_record for d in compiled.designs.designs)
     assert "constants not prefolded (prefold broke)" in caplog.text
-    default = build_with_records(ms.database.MemoryDatabase(), tiny.mod, tiny.params, target, "ours")
+    default = compile(tiny, target=target, schedule="default")  # prefolds the same way: broken
     if not targets.missing_features(AVX2):
-        for a, b in zip(run_module(lib, tiny.inputs), run_module(default, tiny.inputs)):
+        for a, b in zip(run_module(compiled, tiny.inputs), run_module(default, tiny.inputs)):
             np.testing.assert_array_equal(a, b)
 
 

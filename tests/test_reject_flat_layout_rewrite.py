@@ -11,11 +11,13 @@ from tvm.script import tir as T
 from meta_rules import RejectFlatLayoutRewrite
 from meta_rules.cpu.reject_flat_layout_rewrite import flattened_layout_rewrites, module_flat_rewrites
 from meta_rules.testing.candidate_sampling import first_rejection, initialised_postprocs
-from relay_ext import models
+from relay_ext.frontend import models
 from relay_ext.lowering import targets
 from relay_ext.lowering.config import pass_config
 from relay_ext.report.accuracy import step_error
-from relay_ext.tuning import compile_model, extract_tasks, run_module
+from relay_ext.build import compile
+from relay_ext.measure.run import run_module
+from relay_ext.tuning import extract_tasks
 from relay_ext.schedules.records import compilable_records
 from conftest import AVX2
 
@@ -166,8 +168,8 @@ def test_a_flat_best_record_is_passed_over_and_the_model_still_compiles(mlp, fla
     best = chosen.database.get_all_tuning_records()
     assert len(best) == 1 and best[0].run_secs[0].value == pytest.approx(5e-6)
 
-    lib = compile_model(database, mlp.mod, mlp.params, AVX2)
-    output = run_module(lib, mlp.inputs)[0]
+    compiled = compile(mlp, target=AVX2, records=database, choose_per_task=False)
+    output = run_module(compiled, mlp.inputs)[0]
     assert step_error(output, mlp.run_reference(), mlp.output_scale).max_steps <= 3 + 1e-3
     assert len(database.get_all_tuning_records()) == 2  # the database itself is left as it was
 
@@ -181,5 +183,6 @@ def test_a_workload_whose_only_record_is_flat_is_left_to_tvm(mlp, flat_dense):
     assert [s.used_ms for s in chosen.skipped] == [None]
     assert "TVM's default schedule" in str(chosen.skipped[0])
     assert not chosen.database.get_all_tuning_records()
-    output = run_module(compile_model(database, mlp.mod, mlp.params, AVX2), mlp.inputs)[0]
+    compiled = compile(mlp, target=AVX2, records=database, choose_per_task=False)
+    output = run_module(compiled, mlp.inputs)[0]
     assert step_error(output, mlp.run_reference(), mlp.output_scale).max_steps <= 3 + 1e-3

@@ -1,7 +1,7 @@
 """relay_ext/lowering/x86/saturation_free_int8.py: uint8 x int8 convs exact on x86 without VNNI.
 
 Without the split, TOPI's conv for ``llvm -mcpu=core-avx2`` multiplies with ``vpmaddubsw`` and a
-random full-range conv had 94% of its outputs wrong (issue 32's PT2E families 15-26 steps off).
+random full-range conv had 94% of its outputs wrong (PT2E classic CNNs 15-26 steps off).
 """
 
 import numpy as np
@@ -11,8 +11,8 @@ from tvm import relay
 
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import saturation_free_int8 as sat
-from relay_ext.build.default import build_untuned
-from relay_ext.tuning import run_module
+from relay_ext.build import compile
+from relay_ext.measure.run import run_module
 
 AVX2 = "llvm -mcpu=core-avx2"
 AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512"
@@ -128,8 +128,8 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
 @pytest.mark.parametrize("opt_level", [2, 3])  # 3: FoldScaleAxis, which folds constant multiplies into weights
 def test_untuned_avx2_conv_is_exact(case, opt_level):
     mod, data, expected = _conv(**case)
-    with tvm.transform.PassContext(opt_level=opt_level):
-        (out,) = run_module(build_untuned(mod, {}, AVX2), {"data": data})
+    built = compile(mod, {}, AVX2, schedule="default", opt_level=opt_level)
+    (out,) = run_module(built, {"data": data})
     assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
 
 
@@ -142,7 +142,8 @@ def test_weights_bound_as_parameters_are_split_too():
     body = relay.qnn.op.conv2d(call.args[0], weight, *call.args[2:], **{k: call.attrs[k] for k in call.attrs.keys()})
     var_mod = tvm.IRModule.from_expr(relay.Function(list(mod["main"].params) + [weight], body))
     assert _reductions(var_mod, AVX2, "qnn.conv2d") == [32]
-    (out,) = run_module(build_untuned(var_mod, {"weight": call.args[1].data}, AVX2), {"data": data})
+    built = compile(var_mod, {"weight": call.args[1].data}, AVX2, schedule="default", opt_level=2)
+    (out,) = run_module(built, {"data": data})
     assert np.array_equal(out, expected)
 
 

@@ -1,4 +1,4 @@
-"""Issue 32's unsigned subtraction: TVM covers a uint8 table index's value set [lo, 255] with
+"""An unsigned subtraction: TVM covers a uint8 table index's value set [lo, 255] with
 ``Range(lo, 255 + 1 - lo)`` in uint8, where ``255 + 1`` wraps to 0 and ``0 - lo`` fails TVM's
 check; quantfuse's legalization of the QNN table lookups indexes them in int32."""
 

@@ -28,14 +28,12 @@ def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
     # TVM's default x86 int8 conv schedule tensorizes with TOPI's Cascade Lake intrinsic.
     out = run_child(f"""
         import tvm
-        from relay_ext import models
-        from relay_ext.report.accuracy import build_untuned, run_torchscript, step_error
-        from relay_ext.lowering.config import BUILD_OPTIONS
-        from relay_ext.lowering.targets import normalize_target
-        from relay_ext.tuning import run_module
+        from relay_ext.frontend import models
+        from relay_ext.build import compile
+        from relay_ext.measure.run import run_module
+        from relay_ext.report.accuracy import run_torchscript, step_error
         m = models.load("tiny_resnet", image_size=16)
-        with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-            lib = build_untuned(m.mod, m.params, normalize_target("{VNNI}"))
+        lib = compile(m, target="{VNNI}", schedule="default").lib
         print("vpdpbusd" in lib.get_lib().get_source("asm"))
         if {HOST_HAS_VNNI}:
             out = run_module(lib, m.inputs)[0]
@@ -54,15 +52,17 @@ def test_tuned_int8_model_tensorizes_with_vnni_and_matches_pytorch(tmp_path):
         import sys
         sys.path.insert(0, "tests")
         from helpers import small_search
-        from relay_ext import models
+        from relay_ext.frontend import models
         from relay_ext.report.accuracy import run_torchscript, step_error
-        from relay_ext.tuning import compile_model, run_module, tune
+        from relay_ext.build import compile
+        from relay_ext.measure.run import run_module
+        from relay_ext.tuning import tune
         m = models.load("tiny_resnet", image_size=16)
         db = tune(m.mod, m.params, "{VNNI}", r"{tmp_path}", max_trials=16,
                   num_trials_per_iter=2, seed=0, strategy=small_search())
         records = db.get_all_tuning_records()
         print(sum("dot_16x4_vnni" in str(r.trace) for r in records))
-        lib = compile_model(db, m.mod, m.params, "{VNNI}")
+        lib = compile(m, target="{VNNI}", records=db, choose_per_task=False)
         out = run_module(lib, m.inputs)[0]
         print(step_error(out, run_torchscript(m.torchscript, m.example_input),
                          m.output_scale).max_steps)

@@ -1,8 +1,7 @@
 """Step 6 of the data path: what was tuned, taken out as one file a user can ship.
 
-* :mod:`.build` -- the builds ``quantfuse bench`` times: the tuned one under the never-slower
-  rule (``relay_ext.compile``), and TVM's untuned one;
-* :mod:`.export` -- ``relay_ext.export``: such a build written with TVM's ``export_library`` as
+* :mod:`.export` -- ``relay_ext.export``: a build of ``relay_ext.compile`` (:mod:`relay_ext.build`:
+  the builds ``quantfuse bench`` times) written with TVM's ``export_library`` as
   ``model.so``, with ``model.json`` beside it (inputs, outputs, target, versions, the records
   used), both written atomically;
 * :mod:`.runtime` -- ``relay_ext.load``: an exported ``model.so`` loaded and run through TVM's

@@ -1,8 +1,10 @@
-"""``relay_ext.export``: the build bench times, as one library a user ships, described beside it.
+"""``relay_ext.export``: a build bench times, as one library a user ships, described beside it.
 
-    result = export("out/model.so", mod, params, target, database)   # tuned (never-slower)
-    result = export("out/model.so", mod, params, target)             # untuned: TVM's defaults
-    result.library, result.manifest_path                             # model.so, model.json
+    result = export("out/model.so", loaded, target="host", records="work")   # bench's tuned row
+    result = export("out/model.so", loaded, schedule="default")              # TVM's defaults
+    result.library, result.manifest_path                                     # model.so, model.json
+
+It takes :func:`relay_ext.compile`'s arguments and builds through it.
 
 ``model.so`` is written by TVM's ``export_library`` (graph, parameters and code in one shared
 library that TVM's runtime loads: :mod:`relay_ext.deploy.runtime`, or C++). ``model.json``::
@@ -17,12 +19,15 @@ library that TVM's runtime loads: :mod:`relay_ext.deploy.runtime`, or C++). ``mo
                  "no_search": [...]}}
 
 ``scale``/``zero_point``: the output's quantization (the ``qnn.dequantize`` that ends the graph;
-null when it has none). ``records.defaults``: the tasks the never-slower rule compiled with TVM's
-default schedule; ``records.no_search``: those compiled with their no-search schedule (no tuned
-record, or one slower here than it). Both files are written to temporary names in the same directory and moved into
-place with ``os.replace`` only once both are complete, the library first: a failed or
-interrupted export leaves no half-written file (an earlier export at the path stays whole, and
-the loader refuses a library whose description names another library's SHA-256).
+null when it has none). ``build``: "tuned", "no-search" or "untuned" (schedule "default").
+``records.defaults``: the tasks the per-task choice compiled with TVM's default schedule;
+``records.no_search``: those compiled with their rule design (no tuned record, or one slower
+here than it). ``never_slower``: whether that choice was made (timed with ``threads``).
+
+Both files are written to temporary names in the same directory and moved into place with
+``os.replace`` only once both are complete, the library first: a failed or interrupted export
+leaves no half-written file (an earlier export at the path stays whole, and the loader refuses a
+library whose description names another library's SHA-256).
 """
 
 from __future__ import annotations
@@ -35,19 +40,24 @@ import os
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 import tvm
 from tvm import meta_schedule as ms
 from tvm import relay
 
 from meta_rules.cpu.amx_conv import target_has_amx
-from meta_rules.rule_sets import TargetLike, check_variant
+from meta_rules.rule_sets import TargetLike
 
 from relay_ext.lowering.targets import check_runs_here, normalize_target, resolve_target
 from relay_ext.lowering.relay_build import copy_module
-from relay_ext.build.tuned import TunedBuild, tuned_build, untuned_build
+from relay_ext.build.entry import Compiled, compile  # pylint: disable=redefined-builtin
 from relay_ext.deploy.runtime import FORMAT, file_digest, manifest_path
+from relay_ext.workdir.files import open_tuned_database
+from relay_ext.lowering.toolchain import require_c_compiler
+
+if TYPE_CHECKING:
+    from relay_ext.frontend.models import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +96,7 @@ def check_export_kind(target: TargetLike) -> None:
 def check_export_target(target: TargetLike) -> tvm.target.Target:
     """The target normalised; ExportError unless it is an llvm target (:func:`check_export_kind`),
     :class:`~relay_ext.lowering.targets.TargetNotRunnable` (a ValueError) unless this machine
-    runs its code (the never-slower rule times it here)."""
+    runs its code (the per-task choice times it here)."""
     check_export_kind(target)
     target = normalize_target(target)
     check_runs_here(target)
@@ -109,49 +119,56 @@ def check_output_path(path: PathLike) -> Path:
     return path
 
 
-def export(path: PathLike, mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-           target: TargetLike, database: Optional[ms.Database] = None, variant: str = "ours",
-           threads: Optional[int] = None, never_slower: bool = True,
-           model_name: Optional[str] = None,
-           cache_path: Optional[PathLike] = None) -> ExportResult:
-    """Build ``mod`` as ``quantfuse bench`` builds it (with ``database``: its tuned row under the
-    never-slower rule, timed with ``threads`` threads, default every CPU; ``never_slower=False``
-    as ``bench --keep-slower-records``; without ``database``: its untuned row) and write it as
-    ``path`` (a ``.so``) with its ``.json`` description beside it, atomically (module doc).
-    ExportError (a ValueError) for a target this machine cannot build for or run, or a path it
-    cannot write, before anything is built. ``cache_path``: the never-slower rule's timing cache
-    (the work dir's ``NEVER_SLOWER_FILE``, as bench keeps it: an export after bench times
-    nothing again)."""
+def export(path: PathLike, model: Union["LoadedModel", tvm.IRModule],
+           params: Optional[Mapping[str, tvm.nd.NDArray]] = None, target: TargetLike = "host", *,
+           schedule: str = "tuned", records: Union[ms.Database, PathLike, None] = None,
+           variant: str = "ours", threads: Optional[int] = None, choose_per_task: bool = True,
+           timing_cache: Optional[PathLike] = None,
+           model_name: Optional[str] = None) -> ExportResult:
+    """``model`` built by :func:`relay_ext.compile` with the same arguments (``schedule``,
+    ``records``, ``variant``, ``threads``, ``choose_per_task``, ``timing_cache``: an export after
+    a bench of the same work dir times nothing again) and written as ``path`` (a ``.so``) with its
+    ``.json`` description beside it, atomically (module doc). ``model_name``: the description's
+    "model" (default: a loaded model's name). ExportError (a ValueError) for a target this
+    machine cannot build for or run, or a path it cannot write, before anything is built."""
     target = check_export_target(target)
-    variant = check_variant(variant)
     path = check_output_path(path)
-    if database is None:
-        built = TunedBuild(untuned_build(mod, params, target), None, [])
-    else:
-        built = tuned_build(database, mod, params, target, variant, threads, never_slower,
-                            cache_path)
-    manifest = describe(mod, params, target, variant, database, built, model_name)
+    require_c_compiler()  # TVM links the shared library with it
+    if records is not None and not isinstance(records, ms.Database):
+        records = open_tuned_database(records)
+    built = compile(model, params, target, schedule=schedule, records=records, variant=variant,
+                    threads=threads, choose_per_task=choose_per_task, timing_cache=timing_cache)
+    mod, params = (model, params) if isinstance(model, tvm.IRModule) else (model.mod, model.params)
+    if model_name is None and not isinstance(model, tvm.IRModule):
+        model_name = model.name
+    manifest = describe(mod, params, records if built.schedule == "tuned" else None, built,
+                        model_name)
     manifest = write_atomically(path, built.lib, manifest)
     logger.info("wrote %s and %s", path, manifest_path(path))
     return ExportResult(path, manifest_path(path), manifest)
 
 
+# model.json's "build" for each schedule of relay_ext.compile
+BUILD_NAMES = {"tuned": "tuned", "no-search": "no-search", "default": "untuned"}
+
+
 def describe(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-             target: tvm.target.Target, variant: str, database: Optional[ms.Database],
-             built: TunedBuild, model_name: Optional[str]) -> Dict[str, Any]:
-    """model.json's content, less the library's file name and digest (known once written)."""
+             database: Optional[ms.Database], built: Compiled,
+             model_name: Optional[str]) -> Dict[str, Any]:
+    """model.json's content, less the library's file name and digest (known once written);
+    ``database``: the records of a tuned build."""
     main = relay.transform.InferType()(copy_module(mod))["main"]
     bound = set(params or {})
     inputs = [{"name": p.name_hint, "shape": [int(d) for d in p.checked_type.shape],
                "dtype": str(p.checked_type.dtype)} for p in main.params if p.name_hint not in bound]
-    records: Dict[str, Any] = {"count": 0, "digest": None, "defaults": [], "no_search": []}
+    records: Dict[str, Any] = {"count": 0, "digest": None, "defaults": built.default_tasks,
+                               "no_search": built.rule_design_tasks}
     if database is not None:
-        records = {"count": len(database), "digest": records_digest(database),
-                   "defaults": built.defaults, "no_search": built.no_search}
+        records.update(count=len(database), digest=records_digest(database))
     return {
         "format": FORMAT, "model": model_name, "inputs": inputs, "outputs": outputs_of(main),
-        "target": str(target), "amx": bool(target_has_amx(target)),
-        "build": "untuned" if database is None else "tuned", "variant": variant,
+        "target": str(built.target), "amx": bool(target_has_amx(built.target)),
+        "build": BUILD_NAMES[built.schedule], "variant": built.variant,
         "never_slower": built.threads is not None, "threads": built.threads,
         "quantfuse": quantfuse_version(), "tvm": tvm.__version__, "records": records,
     }

@@ -1,7 +1,7 @@
-"""Tuning database -> compiled module -> outputs: compile a Relay module with tuned records, run it.
-
-    lib = compile_model(database, mod, params, target, variant)  # a graph executor factory
-    outputs = run_module(lib, {input_name: array})
+"""The Relay build step under every quantfuse build: TVM's x86 code generation and Relay's build
+settings installed on import, a deep copy of the caller's module, and MetaSchedule's Relay build
+with a set of records as they are (:func:`compile_with`, a step of ``relay_ext.compile``, which
+chooses those records: :mod:`relay_ext.build`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from relay_ext.lowering.x86 import x86_codegen
 x86_codegen.install()
 # Relay's TE compiler reads TVM's build settings once per process instead of once per dimension.
 cached_libinfo.install()
-# QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps (issue 32)
+# QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps
 table_lookup_index.register()
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 # where TVM's other messages go (the CLI sends TVM's native log to the work dir's tvm.log).
 UNTUNED_WARNING = "One or more operators have not been tuned"
 # The same logger warns once per workload that TOPI's default schedule of an op (bench's untuned
-# row, the never-slower rule's default builds) uses AutoTVM's fallback configuration: what "TVM's
+# row, the per-task choice's default builds) uses AutoTVM's fallback configuration: what "TVM's
 # default schedule" means here, so not news to the user (7 lines in a ResNet-18 bench).
 FALLBACK_WARNING = "Cannot find config for target="
 
@@ -76,7 +76,8 @@ def compile_with(records: ms.Database, mod: tvm.IRModule,
                  params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
                  variant: str) -> tvm.runtime.Module:
     """MetaSchedule's Relay build of a copy of ``mod`` with ``records`` as they are (no choice
-    among them) under ``variant``'s pass configuration."""
+    among them) under ``variant``'s pass configuration: a step of ``relay_ext.compile``, which
+    chooses the records."""
     return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
                                               pass_config=pass_config(variant))
 

@@ -17,7 +17,8 @@ from tvm.relay import dataflow_pattern as pattern
 
 from relay_ext.frontend.models import LoadedModel, run_torchscript  # noqa: F401 - re-exported here
 from relay_ext.frontend.torch_quantized_ops import rounded_adaptive_avg_pool2d
-from relay_ext.build.default import run_untuned
+from relay_ext.build.entry import compile  # pylint: disable=redefined-builtin
+from relay_ext.measure.run import run_module
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +53,14 @@ def step_error(tvm_output: np.ndarray, torch_output: np.ndarray, scale: float) -
 
 
 def compare_untuned_with_reference(model: LoadedModel, target: str = "llvm") -> StepError:
-    """Step error of TVM's untuned build of ``model`` against its reference runtime (the
-    TorchScript module, or ONNX Runtime for an ONNX model), on the example input. Needs a quantized
-    model (one with an output scale)."""
+    """Step error of TVM's untuned build of ``model`` (TVM's default schedules, at Relay's own
+    default opt level 2: ``relay_ext.compile(..., schedule="default", opt_level=2)``) against its
+    reference runtime (the TorchScript module, or ONNX Runtime for an ONNX model), on the example
+    input. Needs a quantized model (one with an output scale)."""
     if model.output_scale is None:
         raise ValueError(f"model {model.name!r} has no output quantization scale (is it quantized?)")
-    tvm_output = run_untuned(model.mod, model.params, model.inputs, target)[0]
+    built = compile(model, target=target, schedule="default", opt_level=2)
+    tvm_output = run_module(built, model.inputs)[0]
     error = step_error(tvm_output, model.run_reference(), model.output_scale)
     logger.info(
         "%s (%s): TVM vs %s max %.2f steps, mean %.3f, %.1f%% equal",
@@ -69,9 +72,6 @@ def compare_untuned_with_reference(model: LoadedModel, target: str = "llvm") -> 
         100 * error.fraction_equal,
     )
     return error
-
-
-compare_untuned_with_torch = compare_untuned_with_reference  # the name before ONNX models came
 
 
 # --- diagnosis: round like PyTorch --------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Tuning database -> the records Relay can build: per workload, the fastest record it compiles.
 
-    chosen = compilable_records(database)   # a MemoryDatabase, one record per workload
-    lib = ms.relay_integration.compile_relay(chosen.database, mod, target, params, ...)
+    chosen = compilable_records(database)   # chosen.database: one record per workload
+    chosen.skipped                          # the faster records passed over, and why
 
 Relay builds a model with the best record of each workload. A record whose schedule stores a
 weight in a one-dimensional layout (see :mod:`meta_rules.cpu.reject_flat_layout_rewrite`) measures
@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import tvm
 from tvm import meta_schedule as ms
 from tvm import tir
-from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_intrinsics import register_intrinsics_of
 from meta_rules.cpu.reject_flat_layout_rewrite import FlatLayoutRewrite, module_flat_rewrites
-from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
-from meta_rules.rule_sets import check_variant
 
-from relay_ext.lowering.relay_build import compile_with
-from relay_ext.lowering.targets import TargetOrHost, normalize_target
 from relay_ext.workdir.records import valid_run_secs
 from relay_ext.workdir.records import records_by_workload
 
@@ -125,30 +120,3 @@ def compilable_records(database: ms.Database) -> CompilableRecords:
     for entry in skipped:
         logger.warning("record not used: %s", entry)
     return CompilableRecords(chosen, skipped)
-
-
-def compile_model(
-    database: ms.Database,
-    mod: tvm.IRModule,
-    params: Optional[Mapping[str, tvm.nd.NDArray]],
-    target: TargetOrHost,
-    variant: str = "ours",
-) -> tvm.runtime.Module:
-    """Build the Relay module with the tuned records of ``database`` (graph executor factory).
-
-    Each workload gets its fastest record that Relay can build
-    (:func:`relay_ext.schedules.records.compilable_records`: a record that flattens a
-    weight's layout is passed over, with a warning). Works on a copy of ``mod``, like
-    :func:`relay_ext.tuning.extract_tasks`.
-    """
-    return build_with_records(database, mod, params, normalize_target(target),
-                              check_variant(variant))
-
-
-def build_with_records(database: ms.Database, mod: tvm.IRModule,
-                       params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
-                       variant: str) -> tvm.runtime.Module:
-    """:func:`compile_model` for a target and variant already checked."""
-    register_tensor_intrinsics(target)  # applying a tensorized record needs its intrinsic
-    chosen = compilable_records(database)  # a faster record Relay cannot build is passed over
-    return compile_with(chosen.database, mod, params, target, variant)

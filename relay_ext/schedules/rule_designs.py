@@ -1,8 +1,8 @@
-"""The no-search build: each task's schedule from quantfuse's rules, chosen without measuring.
+"""The rule designs: each task's schedule from quantfuse's rules, chosen without measuring (bench's
+"TVM no-search" row builds with them).
 
-    found = no_search_records(mod, params, target, variant)   # NoSearch: database + designs
-    lib = build_with_records(found.database, mod, params, target, variant)
-    lib, found, kept = builds.compile_no_search(mod, params, target, variant)  # never slower
+    found = rule_design_records(mod, params, target, variant)   # RuleDesigns: database + designs
+    compiled = relay_ext.compile(mod, params, target, schedule="no-search")   # the model built
 
 For each extracted task, MetaSchedule's design spaces are generated with ``variant``'s rules (as
 ``tune`` generates them: :func:`meta_rules.rule_set`), one design is picked, and every sampling
@@ -11,9 +11,9 @@ decision in its trace is replaced by a choice computed from the loop extents and
 * **Design**: the first that tensorizes (a ``meta_schedule.auto_tensorize`` mark: VNNI's
   ``dot_16x4_vnni``, AMX's :class:`meta_rules.cpu.amx_conv.AMXConv` blocks) and, among those, one
   whose output is written back inside the tile (MultiLevelTiling's consumer fusion or write cache,
-  a ``reverse_compute_at``), at the deepest level it offers (the last such design). The design
-  without write-back (chosen until 2026-12-02) accumulated in the whole int32 output in memory
-  (a load and a store around every ``vpdpbusd``) and requantized it in a second pass.
+  a ``reverse_compute_at``), at the deepest level it offers (the last such design). A design
+  without write-back accumulates in the whole int32 output in memory (a load and a store around
+  every ``vpdpbusd``) and requantizes it in a second pass.
   The AMX designs and the layout-transform rule (``quantfuse_layout_transform``) sample nothing:
   their schedule is theirs as the rule wrote it.
 * **SamplePerfectTile** (MultiLevelTiling's ``SSRSRS``: four factors per spatial loop, two per
@@ -23,20 +23,17 @@ decision in its trace is replaced by a choice computed from the loop extents and
   (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
   accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
   turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
-  LLVM's alias analysis -- it did for 28 columns of a standalone conv, 2026-12-02 -- so this is a
-  safety margin, not a measured speed-up), the other loops 1; where the loop is
-  vectorized instead (no intrinsic), one vector of int32 lanes on the innermost loop and up to
-  half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
+  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), the other loops
+  1; where the loop is vectorized instead (no intrinsic), one vector of int32 lanes on the
+  innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
   channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
   tensorized 3x3 (or larger) conv, the input-channel blocks, which run outside the taps (TOPI's
-  order ``ic_outer, kh, kw, ic_inner``: on ResNet-18's 3x3 convs at 14x14 and 7x7 the taps
-  outermost ran 1.01-1.15x TOPI's default's time, this order 0.98-1.04x, 2026-12-02); the write-back
-  level then holds one register tile: its accumulators stay in registers through the reduction
-  (14 zmm for ResNet's 56/28/14 columns), independent, so consecutive ``vpdpbusd`` do not wait on
-  each other. (A first version that tiled 8 columns x 3 rows and kept the outermost reduction
-  loop outside ran 1.1-9x slower than TOPI's default on ResNet-18's convs.)
+  order ``ic_outer, kh, kw, ic_inner``); the write-back level then holds one register tile: its
+  accumulators stay in registers through the reduction (14 zmm for ResNet's 56/28/14 columns),
+  independent, so consecutive ``vpdpbusd`` do not wait on each other. docs/cpu.md gives the
+  reason for each choice, docs/BENCHMARKS.md what each alternative measured.
 * **SampleCategorical** (the unroll step): 64 where it is a candidate, else the likeliest.
 * **SampleComputeLocation**: the root (``-1``), always valid.
 
@@ -47,7 +44,7 @@ and a task none of whose designs survives, or that holds no tiled block, tensori
 layout rule, has no record: Relay builds it with TVM's default schedule.
 
 Records carry :data:`UNMEASURED_RUN_SECS` (valid, slower than any real measurement) until
-something times them; :func:`relay_ext.build.whole_model.compile_no_search` then applies the never-slower rule
+something times them; ``relay_ext.compile`` then makes the per-task choice
 (:mod:`relay_ext.schedules.task_choice`): each record timed here against TVM's default schedule of
 its task, the faster kept.
 """
@@ -72,7 +69,7 @@ from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
 logger = logging.getLogger(__name__)
 
-# The run time a no-search record carries until it is measured: valid (below progress's
+# The run time a rule design record carries until it is measured: valid (below progress's
 # FAILED_RUN_SECS), above any real measurement, so a measured record of the task ranks first.
 UNMEASURED_RUN_SECS = 1e6
 UNROLL_STEP = 64
@@ -85,7 +82,7 @@ _RULE_MARKS = ("meta_schedule.tiling_structure", "meta_schedule.auto_tensorize",
 
 @dataclasses.dataclass
 class TaskDesign:
-    """One task's no-search schedule, or why it has none (then TVM's default schedule builds it)."""
+    """One task's rule design, or why it has none (then TVM's default schedule builds it)."""
 
     task: str
     workload: tvm.IRModule
@@ -98,8 +95,8 @@ class TaskDesign:
 
 
 @dataclasses.dataclass
-class NoSearch:
-    """The records of the no-search build (one per task that has a design) and every choice."""
+class RuleDesigns:
+    """The rule designs' records (one per task that has a design) and every task's design."""
 
     database: ms.Database
     designs: List[TaskDesign]
@@ -262,7 +259,7 @@ def builds(trace: tir.schedule.Trace, workload: tvm.IRModule, target: Target) ->
 
 
 def task_design(task: ms.ExtractedTask, target: Target, variant: str, seed: int = 0) -> TaskDesign:
-    """The no-search schedule of one task (see the module doc), or why it has none."""
+    """The rule design of one task (see the module doc), or why it has none."""
     workload = task.dispatched[0]
     space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant), retry_seeds=2)
     context = ms.TuneContext(mod=workload, target=target, space_generator=space,
@@ -298,10 +295,10 @@ def context_design(context: ms.TuneContext) -> TaskDesign:
     return TaskDesign(str(context.task_name), workload, None, why)
 
 
-def no_search_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
-                      target: Target, variant: str,
-                      tasks: Optional[Sequence[ms.ExtractedTask]] = None) -> NoSearch:
-    """The no-search records of ``mod``'s tasks (``target`` and ``variant`` already checked), in
+def rule_design_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+                        target: Target, variant: str,
+                        tasks: Optional[Sequence[ms.ExtractedTask]] = None) -> RuleDesigns:
+    """The rule designs of ``mod``'s tasks as records (``target`` and ``variant`` already checked), in
     a MemoryDatabase, each with :data:`UNMEASURED_RUN_SECS`; ``tasks``: the model's extracted
     tasks, when the caller has them."""
     from relay_ext.lowering.tasks import lowered_tasks
@@ -317,7 +314,7 @@ def no_search_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.ND
         logger.info("no-search %s: %s", task.task_name, design.design)
         if design.has_record:
             commit_design(database, design, target, [UNMEASURED_RUN_SECS])
-    return NoSearch(database, designs)
+    return RuleDesigns(database, designs)
 
 
 def commit_design(database: ms.Database, design: TaskDesign, target: Target,
