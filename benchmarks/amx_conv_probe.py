@@ -2,7 +2,7 @@
 
     python -m benchmarks.amx_conv_probe [--work-dir DIR] [--threads 2] [--rounds 15]
 
-Issue 18's per-layer table (``benchmarks/where_time_goes.py``) puts the gap to PyTorch int8 in
+The per-layer table of ``benchmarks/where_time_goes.py`` puts the gap to PyTorch int8 in
 ResNet-18's 3x3 convolutions at 56x56 and 28x28, where oneDNN runs AMX tile instructions and TVM
 runs AVX-512 VNNI. Before anyone writes an AMX tensor intrinsic for MetaSchedule (and the Relay
 layout it needs), this probe measures what AMX can give on exactly those layers: a 3x3, stride 1,
@@ -47,9 +47,9 @@ import tvm
 from tvm import meta_schedule as ms
 
 from benchmarks.markdown_report import markdown_table, write_section
-from benchmarks.where_time_goes import conv_signature
+from benchmarks.layer_timing import conv_signature
 from meta_rules.cpu.amx_tiles import TILE_BYTES, TILE_ROWS, TILES, tile_config  # 16 rows x 64 B
-from relay_ext.frontend import models as frontend_models
+import relay_ext
 from relay_ext.lowering.targets import host_cpu_flags, normalize_target, without_amx
 from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.lowering.x86.amx_permission import AMX_INT8_FLAGS
@@ -66,7 +66,7 @@ AMX_TARGET = "llvm -mcpu=sapphirerapids"
 BLOCK_PIXELS = 2 * TILE_ROWS
 BLOCK_CHANNELS = 32  # output channels per block: 2 accumulator tiles of 16
 
-# The layers of int8 ResNet-18 224 where TVM trails PyTorch (issue 18): channels, height = width.
+# The layers of int8 ResNet-18 224 where TVM trails PyTorch: channels, height = width.
 LAYERS: List[Tuple[int, int]] = [(64, 56), (128, 28), (256, 14), (512, 7)]
 
 
@@ -271,7 +271,7 @@ def probe(layers: List[Tuple[int, int]], work_dir: Optional[Path], threads: int,
         run = recorded_run(work_dir) or {}
         variant = run.get("variant", variant)
         database = compilable_records(open_tuned_database(work_dir)).database
-    loaded = frontend_models.load("resnet18", image_size=224)
+    loaded = relay_ext.load_model("resnet18", image_size=224)
     tasks = lowered_tasks(loaded.mod, loaded.params, target, variant)
     rows = []
     for channels, height in layers:

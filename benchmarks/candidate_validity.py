@@ -39,7 +39,7 @@ from benchmarks.markdown_report import (current_commit, load_results, markdown_t
                                         utc_now, write_section)
 from meta_rules.measure import fusion
 from meta_rules.testing.candidate_sampling import first_rejection, initialised_postprocs, replay
-from relay_ext import models
+import relay_ext
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.tuning import extract_tasks
 
@@ -135,7 +135,7 @@ def _matched(ours: List[List[str]], upstream: List[List[str]]) -> int:
 def model_validity(model: str, config_name: str, per_space: int, image_size: int) -> Dict[str, object]:
     config = CONFIGS[config_name]
     target = normalize_target(config["target"]())
-    loaded = models.load(model, image_size=image_size, layout=config["layout"])
+    loaded = relay_ext.load_model(model, image_size=image_size, layout=config["layout"])
     per_variant = {v: extract_tasks(loaded.mod, loaded.params, target, v) for v in VARIANTS}
     names = [t.task_name for t in per_variant["upstream"]]
     if [t.task_name for t in per_variant["ours"]] != names:

@@ -6,8 +6,9 @@
 For each model (batch 1, 224x224, llvm on this CPU) and each seed: every variant is tuned with the
 same budget (``trials-per-task`` x number of tasks, same seed, same search, one search thread,
 which removes one source of run-to-run variation; runs still differ, see ``relay_ext.tune``)
-into its own work dir under
-``--work-root`` (a rerun resumes there instead of tuning again), compiled, and checked against
+into its own work dir under ``--work-root`` (a rerun resumes there instead of tuning again),
+compiled with each task's fastest record (:func:`relay_ext.compile`, no per-task timing), and
+checked against
 PyTorch's quantized module. A few trials per task are mostly random samples, so which variant
 wins at one seed is largely search luck; several seeds show how large that luck is. Then every
 tuned build, TVM untuned (TVM's default schedules) and PyTorch int8 are timed in interleaved
@@ -34,20 +35,20 @@ import torch
 import tvm
 from tvm import meta_schedule as ms
 
+import relay_ext
 from benchmarks.markdown_report import (current_commit, save_result, markdown_table, load_results,
                                          write_results_section)
 from meta_rules import VARIANTS
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
-from relay_ext import models
-from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.latency.result import UNTUNED
 from relay_ext.lowering.targets import host_llvm_target, normalize_target
+from relay_ext.measure.timing import TVMThread, interleaved_rounds
+from relay_ext.peers.pytorch import PYTORCH, torch_timer
 from relay_ext.report.accuracy import run_torchscript, step_error
-from relay_ext.build.default import build_untuned
-from relay_ext.bench.run import PYTORCH, UNTUNED
 from relay_ext.report.tables import machine_description
-from relay_ext.tuning import compile_model, extract_tasks, tune
+from relay_ext.tuning import extract_tasks
 from relay_ext.workdir.records import valid_run_secs
-from relay_ext.measure.timing import TVMThread, interleaved_rounds, torch_timer
+
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_latency.json"
 
 
@@ -67,15 +68,16 @@ def tune_variant(loaded, target, variant: str, work_dir: Path, budget: int, per_
     have = len(database)
     start = time.perf_counter()
     if have < budget:
-        database = tune(loaded.mod, loaded.params, target, work_dir, max_trials=budget - have,
-                        variant=variant, num_trials_per_iter=per_iter, seed=seed,
-                        strategy=search_strategy(), num_tuning_cores=search_threads)
+        database = relay_ext.tune(loaded.mod, loaded.params, target, work_dir,
+                                  max_trials=budget - have, variant=variant,
+                                  num_trials_per_iter=per_iter, seed=seed,
+                                  strategy=search_strategy(), num_tuning_cores=search_threads)
     return {"database": database, "tuning_s": time.perf_counter() - start, "resumed_from": have}
 
 
 def bench_model(name: str, args) -> Dict:
     target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
-    loaded = models.load(name, image_size=args.image_size)
+    loaded = relay_ext.load_model(name, image_size=args.image_size)
     n_tasks = len(extract_tasks(loaded.mod, loaded.params, target, "ours"))
     budget = args.trials_per_task * n_tasks
     print(f"{name}: {n_tasks} tasks, {budget} trials per variant", flush=True)
@@ -93,10 +95,9 @@ def bench_model(name: str, args) -> Dict:
                            "failed": sum(valid_run_secs(r.run_secs) is None for r in records),
                            "resumed_from": tuned["resumed_from"]}
             print(f"  {key}: tuned ({tuning[key]})", flush=True)
-            libs[key] = compile_model(tuned["database"], loaded.mod, loaded.params, target,
-                                      variant)
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        libs[UNTUNED] = build_untuned(loaded.mod, loaded.params, target)
+            libs[key] = relay_ext.compile(loaded, target=target, records=tuned["database"],
+                                          variant=variant, choose_per_task=False).lib
+    libs[UNTUNED] = relay_ext.compile(loaded, target=target, schedule="default").lib
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]  # other work on the 2 cores would skew every configuration
 
@@ -114,7 +115,7 @@ def bench_model(name: str, args) -> Dict:
         "model": name, "image_size": args.image_size, "target": str(target), "tasks": n_tasks,
         "budget": budget, "trials_per_task": args.trials_per_task, "seeds": list(args.seeds),
         "search_threads": args.search_threads, "threads": args.threads,
-        "tvm_threads": args.threads,  # a fresh TVMThread pool of this size (since 2026-12-01)
+        "tvm_threads": args.threads,  # a fresh TVMThread pool of this size
         "repeats": args.repeats, "number": args.number, "tuning": tuning, "max_steps": steps,
         "load_average_before_timing": round(load_before, 2),
         "samples_s": samples,
@@ -205,8 +206,8 @@ def model_table(result: Dict) -> str:
 def _threads_text(result: Dict) -> str:
     if "tvm_threads" in result:
         return f"{result['tvm_threads']} threads for TVM and PyTorch"
-    # Measured before 2026-12-01: the pool TVM's runtime made at start (half the logical CPUs)
-    # was never widened, so TVM ran on one thread whatever --threads said.
+    # Older results (no tvm_threads): the pool TVM's runtime made at start (half the logical
+    # CPUs) was never widened, so TVM ran on one thread whatever --threads said.
     return (f"PyTorch on {result['threads']} threads, **TVM on one** (measured before TVM's pool "
             "was sized by TVM_NUM_THREADS: compare the TVM rows with each other, not with PyTorch)")
 
@@ -220,8 +221,8 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", default=None,
-                        help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS): "
-                             "-mcpu=cascadelake on this VNNI machine)")
+                        help="TVM target (default: relay_ext.lowering.targets.host_llvm_target("
+                             "THREADS): this machine's best -mcpu)")
     parser.add_argument("--seeds", default="0",
                         help="comma-separated seeds; each variant is tuned once per seed")
     parser.add_argument("--search-threads", type=int, default=1,
@@ -242,8 +243,8 @@ def main() -> int:
         "of seconds per round on this machine), so a few trials per task are mostly random "
         "samples: the budget is equal across variants, which is what the comparison needs, but "
         "it is far below what a real tune uses (TVM suggests ~1000 trials per task). Each table "
-        "names the command that measured it (the line above names the last run). Tables measured "
-        "before 2026-12-01 timed TVM on one thread while PyTorch had two; each table says which.",
+        "names the command that measured it (the line above names the last run). Older tables timed "
+        "TVM on one thread while PyTorch had two; each table says which.",
         stored, model_table)
     print("wrote docs/BENCHMARKS.md section cpu_latency")
     return 0

@@ -1,16 +1,17 @@
-"""Tuned int8 on this CPU against its peers (issues 18 and 28): TVM tuned, TVM no-search, TVM untuned, PyTorch
-int8, ONNX Runtime int8, OpenVINO int8 and PyTorch Inductor int8, after a tune of a given wall time.
+"""Tuned int8 on this CPU against its peers: TVM tuned, TVM no-search, TVM untuned, PyTorch int8,
+ONNX Runtime int8, OpenVINO int8 and PyTorch Inductor int8, after a tune of a given wall time.
 
     python -m benchmarks.cpu_vs_peers [--models resnet18,resnet50,mobilenet_v2] [--minutes 15]
         [--trials N] [--image-size 224] [--threads 2] [--target host] [--repeats 7]
         [--number 5] [--work-root /tmp/quantfuse-cpu-vs-peers]
 
-Per model, as a user would: ``quantfuse tune --target host --minutes M`` (the CLI's default
-search; the wall time it really took is reported; ``--trials N`` also caps the trials, for a smoke
-run), then ``quantfuse bench --json`` times the configurations in interleaved rounds on the same
-input with ``--threads`` threads each (OpenVINO and Inductor compiled once before, docs/bench.md;
-a peer that cannot run is listed with its reason); TVM tuned is compiled under bench's
-never-slower rule (docs/cpu.md). The table's last column is each row against the fastest peer.
+Per model, as ``quantfuse tune --target host --minutes M`` and ``quantfuse bench --json`` do it,
+through the library: :func:`relay_ext.tune` with its default search for M minutes (the wall time
+it really took is reported; ``--trials N`` also caps the work dir's trials, for a smoke run), then
+:func:`relay_ext.bench` times the configurations in interleaved rounds on the same input with
+``--threads`` threads each (OpenVINO and Inductor compiled once before, docs/bench.md; a peer that
+cannot run is listed with its reason); TVM tuned is compiled with bench's per-task choice
+(docs/cpu.md). The table's last column is each row against the fastest peer.
 
 A rerun with the same --work-root resumes each model's tune. Each result is kept in
 ``benchmarks/results/cpu_vs_peers.json`` under its host class (from the CPU flags the OS enables:
@@ -22,9 +23,6 @@ CPU's is kept beside it); docs/BENCHMARKS.md gets one section per host class,
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import shlex
 import sys
@@ -32,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-
+import relay_ext
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                          utc_now, write_results_section)
-from relay_ext import cli
-from relay_ext.lowering.targets import host_cpu_flags
+from relay_ext.lowering.targets import host_cpu_flags, normalize_target
 from relay_ext.report.tables import machine_description
+from relay_ext.workdir.files import RECORD_FILE, RunDescription
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_vs_peers.json"
 ROWS = ("TVM tuned (ours)", "TVM no-search (ours)", "TVM untuned", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
@@ -63,46 +61,41 @@ CLASS_TITLES = {"amx": "AMX-INT8 (and AVX-512 VNNI)", "avx512_vnni": "AVX-512 VN
                 "avx512": "AVX-512 without VNNI", "avx2": "AVX2 only", "other": "no AVX2"}
 
 
-def run_cli(argv: List[str]) -> str:
-    """``quantfuse argv`` in this process; its stdout (raises on a non-zero exit)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli.main(argv)
-    if code != 0:
-        raise RuntimeError(f"quantfuse {shlex.join(argv)} exited {code}:\n{out.getvalue()}")
-    return out.getvalue()
-
-
-def tune_for(model_args: List[str], work_dir: Path, minutes: float, seed: int,
-             trials: Optional[int] = None) -> Dict:
-    """``quantfuse tune --minutes`` (and ``--trials`` when given) on ``work_dir`` (it resumes from
-    the records there), with the CLI's default search; the wall time it took and the records it
-    left."""
-    start = time.perf_counter()
+def tune_for(loaded, target, work_dir: Path, minutes: float, seed: int,
+             trials: Optional[int] = None, started: Optional[float] = None) -> Dict:
+    """:func:`relay_ext.tune` for ``minutes`` (and at most ``trials`` records in the work dir when
+    given) into ``work_dir``, resuming from the records there, with the default search; the wall
+    time it took (from ``started``, a ``time.monotonic()`` before the model loaded, as
+    ``quantfuse tune --minutes`` counts it) and the records it left."""
+    started = time.monotonic() if started is None else started
     resumed_from = len_records(work_dir)
-    run_cli(["tune", *model_args, "--work-dir", str(work_dir), "--minutes", f"{minutes:g}",
-             "--seed", str(seed), *(["--trials", str(trials)] if trials else [])])
-    return {"tuning_s": round(time.perf_counter() - start, 1), "records": len_records(work_dir),
+    remaining = None if trials is None else trials - resumed_from
+    if remaining is None or remaining > 0:
+        RunDescription(loaded.name, None, loaded.builtin.image_size, "NCHW", target,
+                       "ours").write(work_dir)
+        relay_ext.tune(loaded.mod, loaded.params, target, work_dir, max_minutes=minutes,
+                       max_trials=remaining, seed=seed, clock_started=started)
+    return {"tuning_s": round(time.monotonic() - started, 1), "records": len_records(work_dir),
             "resumed_from": resumed_from}
 
 
 def len_records(work_dir: Path) -> int:
-    path = work_dir / "database_tuning_record.json"
+    path = work_dir / RECORD_FILE
     if not path.exists():
         return 0
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
 def bench_model(name: str, args) -> Dict:
-    model_args = ["--model", name, "--image-size", str(args.image_size), "--target", args.target]
+    target = normalize_target(args.target)
     work_dir = Path(args.work_root) / host_class() / f"{name}_{args.image_size}"
     work_dir.mkdir(parents=True, exist_ok=True)
     print(f"{name}: tuning {args.minutes} min in {work_dir}", flush=True)
-    tuning = tune_for(model_args, work_dir, args.minutes, args.seed, args.trials)
-    out = run_cli(["bench", *model_args, "--work-dir", str(work_dir), "--repeats",
-                   str(args.repeats), "--number", str(args.number), "--threads",
-                   str(args.threads), "--json"])
-    result = json.loads(out[out.index("{"):])  # '--target host: ...' may come first
+    started = time.monotonic()
+    loaded = relay_ext.load_model(name, image_size=args.image_size)
+    tuning = tune_for(loaded, target, work_dir, args.minutes, args.seed, args.trials, started)
+    result = relay_ext.bench(loaded, target=target, records=work_dir, repeats=args.repeats,
+                             number=args.number, threads=args.threads).to_dict()
     result.update({
         "host_class": host_class(), "tuning": tuning, "tuning_minutes_asked": args.minutes,
         "commit": current_commit(), "measured": utc_now(), "machine": machine_description(),
@@ -140,7 +133,7 @@ def model_table(result: Dict) -> str:
     rows = {row["configuration"]: row for row in result["rows"]}
     torch_ms = rows.get("PyTorch int8", {}).get("median_ms")
     fastest = result.get("fastest_peer") or {}
-    # the fastest runtime beside TVM (results from before issue 28 have no fastest_peer)
+    # the fastest runtime beside TVM (older results have no fastest_peer)
     peer_ms = [row["median_ms"] for row in result["rows"]
                if row.get("median_ms") is not None and not row["configuration"].startswith("TVM")]
     best_ms = min(peer_ms) if peer_ms else None
@@ -195,8 +188,8 @@ def model_table(result: Dict) -> str:
 
 
 def whole_model_sentence(whole: Optional[Dict]) -> str:
-    """The whole-model check of the tuned build against the no-search build (issue 29), as said
-    after the never-slower rule's counts; empty for results from before it."""
+    """The whole-model check of the tuned build against the no-search build, as said after the
+    per-task choice's counts; empty for results that have none."""
     if not whole:
         return ""
     said = (f". Whole-model check: the tuned build ran {whole['tuned_ms']:.3f} ms against the "
@@ -217,10 +210,10 @@ def render(stored: Dict[str, Dict], classes: Optional[List[str]] = None) -> None
         write_results_section(
             f"cpu_vs_peers_{klass}", f"TVM tuned vs PyTorch, ONNX Runtime, OpenVINO and "
             f"Inductor int8: {CLASS_TITLES.get(klass, klass)} hosts",
-            "Written by `benchmarks/cpu_vs_peers.py` (issues 18 and 28): `quantfuse tune --target "
-            "host` for a wall time, then `quantfuse bench --json`, per model. The goal is TVM "
-            "tuned at or below 1.0x the fastest peer. Results measured before issue 28 have no "
-            "OpenVINO or Inductor row. Each model's table names the machine it was measured on "
+            "Written by `benchmarks/cpu_vs_peers.py`: `quantfuse tune --target host` for a wall "
+            "time, then `quantfuse bench --json`, per model (through relay_ext.tune and "
+            "relay_ext.bench). The goal is TVM tuned at or below 1.0x the fastest peer. Older "
+            "results have no OpenVINO or Inductor row. Each model's table names the machine it was measured on "
             "(a class holds Intel and AMD hosts); the header above names the run that last wrote "
             "this section. Compare rows within one table only: they come from one run."
             + (" Only a smoke run of the script so far (tiny_resnet, a minute of tuning): it "

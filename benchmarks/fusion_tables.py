@@ -12,8 +12,8 @@ one at a time; the section ``fusion_tables`` of docs/BENCHMARKS.md is rendered f
 Configurations:
 
 * ``llvm``: NCHW, ``llvm -mcpu=skylake-avx512 -num-cores 2``: TVM's AVX-512 rule set (the rows
-  were computed with it; :func:`relay_ext.tuning.host_llvm_target` picks ``cascadelake`` on this
-  machine since VNNI builds, whose x86 rules differ only in the tensor intrinsic).
+  were computed with it; :func:`relay_ext.lowering.targets.host_llvm_target` picks
+  ``cascadelake`` on a VNNI host, whose x86 rules differ only in the tensor intrinsic).
 * ``a100, cuda rules``: NCHW, the nvidia/nvidia-a100 tag without its ``arch``: MetaSchedule picks
   its tensor-core rule set for any ``sm_75`` or newer arch, so dropping the arch is how the plain
   CUDA rules are applied with the A100's limits.
@@ -39,7 +39,7 @@ from tvm.target import Target
 import meta_rules
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                         utc_now, write_section)
-from relay_ext import models
+import relay_ext
 from relay_ext.report.fusion import FusionReport, fusion_report
 
 
@@ -119,7 +119,7 @@ def main() -> int:
         config = CONFIGS[config_name]
         label = config["label"]
         for model in args.models.split(","):
-            loaded = models.load(model, image_size=args.image_size, layout=config["layout"])
+            loaded = relay_ext.load_model(model, image_size=args.image_size, layout=config["layout"])
             start = time.perf_counter()
             report = fusion_report(loaded.mod, loaded.params, config["target"](), variants)
             seconds = time.perf_counter() - start

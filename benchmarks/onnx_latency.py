@@ -11,11 +11,12 @@ compares:
   ``quantize_static`` (:func:`relay_ext.frontend.onnx_export.export_quantized`), CPU execution
   provider, ``intra_op_num_threads = --threads``;
 * PyTorch int8: the same weights quantized with PyTorch eager mode (x86/fbgemm), as
-  :func:`relay_ext.frontend.models.load` makes it, ``torch.set_num_threads(--threads)``;
-* TVM untuned, from the ONNX file (:func:`relay_ext.frontend.onnx_import.from_onnx`) and from the
-  TorchScript module: TVM's default schedules;
+  :func:`relay_ext.load_model` makes the built-in model, ``torch.set_num_threads(--threads)``;
+* TVM untuned, from the ONNX file (:func:`relay_ext.load_model` of it) and from the TorchScript
+  module: TVM's default schedules (:func:`relay_ext.compile`, schedule "default");
 * TVM tuned, when ``--tuned-work-dir`` names a work dir that ``quantfuse tune`` (or
-  :func:`relay_ext.tuning.tune`) filled for the same model, size and target; with
+  :func:`relay_ext.tune`) filled for the same model, size and target (each task its fastest
+  record, no per-task timing: :func:`relay_ext.compile` with ``choose_per_task=False``); with
   ``--tune-trials N`` the script first tunes it up to N records itself (the small evolutionary
   search of ``benchmarks.cpu_latency``, one search thread, seed ``--seed``; a rerun resumes).
 
@@ -57,7 +58,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--number", type=int, default=5, help="runs per configuration and round")
     parser.add_argument("--seed", type=int, default=0, help="weights and calibration data")
     parser.add_argument("--target", default=None,
-                        help="TVM target (default: relay_ext.tuning.host_llvm_target(THREADS))")
+                        help="TVM target (default: relay_ext.lowering.targets."
+                        "host_llvm_target(THREADS))")
     parser.add_argument("--tuned-work-dir", default=None,
                         help="a tuning work dir for this model, size and target: adds TVM tuned")
     parser.add_argument("--tuned-import", choices=("torchscript", "onnx"), default="torchscript",
@@ -87,34 +89,31 @@ def bench(args: argparse.Namespace) -> Dict:
 
     from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
+    import relay_ext
     from benchmarks.markdown_report import current_commit
-    from relay_ext import models
     from relay_ext.report.accuracy import step_error
-    from relay_ext.build.default import build_untuned
-    from relay_ext.lowering.config import BUILD_OPTIONS
     from relay_ext.frontend.onnx_export import export_quantized
-    from relay_ext.frontend.onnx_import import from_onnx
-    from relay_ext.frontend.onnx_reference import onnxruntime_timer
-    from relay_ext.measure.timing import TVMThread, interleaved_rounds, torch_timer
+    from relay_ext.measure.timing import TVMThread, interleaved_rounds
+    from relay_ext.peers.onnx_runtime import onnxruntime_timer
+    from relay_ext.peers.pytorch import torch_timer
     from relay_ext.report.tables import machine_description
     from benchmarks.cpu_latency import search_strategy
     from relay_ext.lowering.targets import host_llvm_target, normalize_target
-    from relay_ext.tuning import compile_model, read_tuning_summary, tune
+    from relay_ext.tuning import read_tuning_summary
 
     target = normalize_target(args.target) if args.target else host_llvm_target(args.threads)
-    torch_model = models.load(args.model, image_size=args.image_size, seed=args.seed)
+    torch_model = relay_ext.load_model(args.model, image_size=args.image_size, seed=args.seed)
     onnx_path = Path(args.work_root) / f"{args.model}_{args.image_size}_seed{args.seed}_qdq.onnx"
     if not onnx_path.exists():
         onnx_path.parent.mkdir(parents=True, exist_ok=True)
         export_quantized(args.model, onnx_path, image_size=args.image_size, seed=args.seed)
-    onnx_model = from_onnx(onnx_path, seed=args.seed)
+    onnx_model = relay_ext.load_model(onnx_path, seed=args.seed)
     print(f"{args.model} {args.image_size}: ONNX file {onnx_path}; target {target}", flush=True)
 
     libs = {}  # label -> (lib, the model it was built from)
-    with tvm.transform.PassContext(opt_level=3, config=BUILD_OPTIONS):
-        libs["TVM untuned (ONNX import)"] = (build_untuned(onnx_model.mod, onnx_model.params, target), onnx_model)
-        libs["TVM untuned (TorchScript import)"] = (
-            build_untuned(torch_model.mod, torch_model.params, target), torch_model)
+    for name, model in (("ONNX", onnx_model), ("TorchScript", torch_model)):
+        libs[f"TVM untuned ({name} import)"] = (
+            relay_ext.compile(model, target=target, schedule="default").lib, model)
     tuned = None
     if args.tuned_work_dir:
         loaded = onnx_model if args.tuned_import == "onnx" else torch_model
@@ -123,16 +122,18 @@ def bench(args: argparse.Namespace) -> Dict:
         database = ms.database.JSONDatabase(work_dir=args.tuned_work_dir)
         if len(database) < args.tune_trials:
             print(f"  tuning {args.tune_trials - len(database)} trials into {args.tuned_work_dir}", flush=True)
-            database = tune(loaded.mod, loaded.params, target, args.tuned_work_dir,
-                            max_trials=args.tune_trials - len(database), variant=args.variant, seed=args.seed,
-                            strategy=search_strategy(), num_tuning_cores=1)
+            database = relay_ext.tune(loaded.mod, loaded.params, target, args.tuned_work_dir,
+                                      max_trials=args.tune_trials - len(database),
+                                      variant=args.variant, seed=args.seed,
+                                      strategy=search_strategy(), num_tuning_cores=1)
         summary_path = Path(args.tuned_work_dir) / "tuning_summary.json"
         summary = read_tuning_summary(args.tuned_work_dir) if summary_path.exists() else {}
         tuned = {"work_dir": str(args.tuned_work_dir), "import": args.tuned_import, "variant": args.variant,
                  "records": len(database), "max_trials": summary.get("max_trials"),
                  "tasks": len(summary.get("tasks", [])) or None}
         libs[f"TVM tuned ({args.variant}, {args.tuned_import} import)"] = (
-            compile_model(database, loaded.mod, loaded.params, target, args.variant), loaded)
+            relay_ext.compile(loaded, target=target, records=database, variant=args.variant,
+                              choose_per_task=False).lib, loaded)
 
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
@@ -211,7 +212,7 @@ def model_table(result: Dict) -> str:
     ort_steps = ("" if result.get("ort_int8_max_steps") is None else
                  f" ONNX Runtime int8 itself: {result['ort_int8_max_steps']:.0f} steps from the model as "
                  "written (graph optimizations off; its uint8 x int8 kernels saturate on CPUs without VNNI).")
-    # Results from before 2026-12-01 were checked against ONNX Runtime's int8 output itself.
+    # Older results (no ort_int8_max_steps) were checked against ONNX Runtime's int8 output itself.
     onnx_reference = ("its QDQ graph as written, run by ONNX Runtime with graph optimizations off"
                       if result.get("ort_int8_max_steps") is not None else "ONNX Runtime int8")
     tuned = result.get("tuned")

@@ -4,7 +4,7 @@
     python -m benchmarks.pt2e_import_paths [--model tiny_resnet] [--image-size 32]
         [--exporter-pythonpath DIR]
 
-One built-in network (random weights from a fixed seed, :func:`relay_ext.frontend.models.load`'s),
+One built-in network (random weights from a fixed seed, :func:`relay_ext.load_model`'s),
 quantized with PT2E (:func:`relay_ext.frontend.pt2e_export.quantize_pt2e`, calibration on random
 batches), then imported twice:
 
@@ -14,7 +14,7 @@ batches), then imported twice:
   needs onnx < 1.17). So the export runs in a child process whose ``PYTHONPATH`` starts with
   ``--exporter-pythonpath`` (a directory with onnxscript and a newer onnx, e.g. from
   ``pip install --target DIR --no-deps onnxscript onnx_ir onnx ml_dtypes``); the ONNX file is then
-  imported here with :func:`relay_ext.frontend.onnx_import.from_onnx`.
+  imported here with :func:`relay_ext.load_model`.
 
 For each import it prints the Relay module's conv/dense ops after the import made it integer:
 ``qnn.conv2d`` / ``qnn.dense`` (int8) against ``nn.conv2d`` / ``nn.dense`` (left float32), and the
@@ -59,12 +59,12 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     import torch
 
+    import relay_ext
     from meta_rules.base.tvm_errors import tvm_error_message
     from relay_ext.frontend import eager_quantization, models, pt2e_export
-    from relay_ext.frontend.onnx_import import from_onnx, op_counts
+    from relay_ext.frontend.onnx_import import op_counts
     from relay_ext.frontend.pt2e_import import from_exported_program
     from relay_ext.report.accuracy import step_error
-    from relay_ext.build.default import run_untuned
 
     spec = models.MODELS[args.model]
     shape = spec.input_shape(1, args.image_size)
@@ -76,7 +76,8 @@ def main(argv: List[str]) -> int:
 
     def measure(label: str, loaded) -> None:
         counts = op_counts(loaded.mod)
-        output = run_untuned(loaded.mod, loaded.params, loaded.inputs)[0]
+        untuned = relay_ext.compile(loaded, target="llvm", schedule="default", opt_level=2)
+        output = relay_ext.run_module(untuned, loaded.inputs)[0]
         reference = from_exported_program(program).reference(loaded.example_input)
         steps = step_error(output, reference, loaded.output_scale).max_steps if loaded.output_scale else None
         rows[label] = {**{op: counts.get(op, 0) for op in COUNTED}, "steps": steps}
@@ -97,7 +98,7 @@ def main(argv: List[str]) -> int:
             print(f"torch.onnx.export of the program failed: {last}")
         else:
             try:
-                measure("torch.onnx.export -> onnx_import", from_onnx(onnx_path))
+                measure("torch.onnx.export -> onnx_import", relay_ext.load_model(onnx_path))
             except Exception as error:  # report, do not hide, what the ONNX path makes of it
                 print(f"ONNX import failed: {tvm_error_message(error)}")
     print(f"{args.model}, input {shape}, PT2E (X86InductorQuantizer), ONNX opset {args.opset}:")

@@ -26,7 +26,7 @@ from tvm import meta_schedule as ms
 
 import meta_rules
 from benchmarks.markdown_report import markdown_table, write_section
-from relay_ext import models
+import relay_ext
 from meta_rules.testing.fusion_workloads import avg_pool_cast, residual_conv_epilogue
 from meta_rules.testing.te_workloads import BENCHMARK_TASKS
 from relay_ext.tuning import extract_tasks
@@ -76,7 +76,7 @@ MODEL_TARGETS = {"a100 (cuda-tensorcore)": "NHWC", "cuda sm_70": "NCHW"}
 def model_row(model: str, target_name: str, repeats: int) -> List[object]:
     """Generation time of every task of ``model`` summed, per variant."""
     target = TARGETS[target_name]
-    loaded = models.load(model, layout=MODEL_TARGETS[target_name])
+    loaded = relay_ext.load_model(model, layout=MODEL_TARGETS[target_name])
     tasks = {v: extract_tasks(loaded.mod, loaded.params, target, v) for v in VARIANTS}
     totals = {v: 0.0 for v in VARIANTS}
     for index in range(len(tasks["ours"])):

@@ -14,8 +14,8 @@ item, TVM's default (untuned) schedules, TOPHUB off:
 
 Items: single ResNet convs (uint8 NCHW qnn.conv2d + requantize, as the PyTorch import gives them)
 and whole models (``--models``). Each item's builds are timed in interleaved rounds
-(relay_ext.bench.run: each round times every build once, the mean of ``number`` runs, on a
-TVM thread pool of ``threads``), so a change of load hits all three alike; reported are medians
+(relay_ext.measure.timing.interleaved_rounds: each round times every build once, the mean of
+``number`` runs, on a TVM thread pool of ``threads``), so a change of load hits all three alike; reported are medians
 and the ratios VNNI/AVX-512. Also per item: the distinct registers vpdpbusd accumulates into in
 the build's assembly, and whether before and after give the same output (they must: integer
 arithmetic). Results go to ``benchmarks/results/vnni_conv.json`` and the section ``vnni_conv``
@@ -38,7 +38,7 @@ from tvm.topi.x86 import conv2d_avx_common
 
 from benchmarks.markdown_report import (current_commit, load_results, markdown_table, save_result,
                                         utc_now, write_section)
-from relay_ext import models
+import relay_ext
 from relay_ext.lowering import targets
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.x86 import vnni_conv_schedule, x86_codegen
@@ -159,7 +159,7 @@ def render() -> Path:
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="resnet18",
-                        help="comma-separated models of relay_ext.models ('' for none)")
+                        help="comma-separated built-in models of relay_ext.load_model ('' for none)")
     parser.add_argument("--convs", default="all", help="comma-separated names of CONVS, or all")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--number", type=int, default=10)
@@ -181,7 +181,7 @@ def main(argv: List[str] | None = None) -> int:
             save_result(RESULTS, name, measure(name, qnn_conv(*CONVS[name]), None, inputs, args,
                                                tvm_thread))
         for model_name in [m for m in args.models.split(",") if m]:
-            loaded = models.load(model_name, image_size=224)
+            loaded = relay_ext.load_model(model_name, image_size=224)
             save_result(RESULTS, model_name, measure(model_name, loaded.mod, loaded.params,
                                                      loaded.inputs, args, tvm_thread))
     print(f"wrote {render()}")

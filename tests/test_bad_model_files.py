@@ -1,4 +1,4 @@
-"""The bad inputs a new user tried on 2026-12-01 (issue 20), kept under test as one table: each is
+"""The bad inputs a new user tries, kept under test as one table: each is
 answered by ``quantfuse tune`` with one line on stderr, exit code 2, no traceback, and nothing
 written to the work dir's database. docs/reliability.md lists the same rows."""
 

@@ -1,10 +1,10 @@
 """bench says when its figures are not trustworthy: load above the threads, a hypervisor stealing
 the CPU (/proc/stat's steal), or one configuration's rounds far apart
-(relay_ext.bench.run.BenchResult.busy_warning)."""
+(relay_ext.latency.result.BenchResult.busy_warning)."""
 
 import os
 
-from relay_ext.bench.run import SPREAD_WARNING, STOLEN_WARNING, BenchResult
+from relay_ext.latency.result import SPREAD_WARNING, STOLEN_WARNING, BenchResult
 from relay_ext.measure.timing import Timing, cpu_ticks, stolen_share
 
 

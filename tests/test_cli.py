@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from tvm import meta_schedule as ms
 
-from relay_ext import cli, models
+from relay_ext import cli
+from relay_ext.frontend import models
 from relay_ext.cli import commands as cli_commands
 from relay_ext.workdir.files import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
 from helpers import small_search, one_error_line

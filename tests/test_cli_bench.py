@@ -8,7 +8,7 @@ import pytest
 
 from relay_ext import cli
 from relay_ext.lowering import targets
-from relay_ext.bench import run as latency_bench
+from relay_ext.latency import run as latency_bench
 from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
 from relay_ext.tuning import SUMMARY_FILE
 from conftest import AVX2, TINY_32, TUNED_TRIALS
@@ -68,7 +68,7 @@ def test_bench_on_a_busy_machine_warns_in_the_table_and_the_report(tiny_tuned, c
 
 
 def test_bench_json_is_one_object_and_never_slower_than_the_default(tiny_tuned, capsys):
-    """--json: stdout is one JSON object as issue 18 specifies it; the never-slower rule compared
+    """--json: stdout is one JSON object (docs/bench.md); the never-slower rule compared
     every task that has a record (tiny_resnet's 10, all measured) with TVM's default schedule,
     and report.md says what it chose."""
     work_dir, _ = tiny_tuned
@@ -125,3 +125,35 @@ def test_bench_refuses_another_model_than_tuned(tiny_tuned, capsys):
 def test_help(command, capsys):
     assert cli.main([command, "--help"]) == 0
     assert f"usage: quantfuse {command}" in capsys.readouterr().out
+
+
+def test_the_cli_prints_what_the_library_bench_returns(tiny_tuned, capsys, monkeypatch):
+    """``quantfuse bench`` is relay_ext.bench and printing: the CLI reaches the library's one
+    bench function with what it checked, and prints the result it returns (--json: to_dict)."""
+    from relay_ext.latency import run as bench_run
+    from relay_ext.latency.result import TUNED, UNTUNED, BenchResult
+    from relay_ext.measure.timing import Timing
+
+    work_dir, _ = tiny_tuned
+    seen = {}
+
+    def fake_bench(model, **options):
+        seen.update(options, model=model)
+        return BenchResult(
+            model=model.name, input_shape=tuple(model.input_shape), target=str(options["target"]),
+            variant=options["variant"], threads=1, repeats=1, number=1,
+            timings={TUNED: Timing([0.001]), UNTUNED: Timing([0.002]),
+                     "PyTorch int8": Timing([0.004])},
+            reference="PyTorch int8", max_steps=1.0, mean_steps=0.1, fraction_equal=0.9,
+            untuned_max_steps=2.0, machine="test", date="today", notes=["(a note)"])
+
+    monkeypatch.setattr(bench_run, "bench", fake_bench)
+    assert cli.main(["bench", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
+                     "--threads", "1", "--no-peers", "--keep-slower-records", "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["rows"][0]["configuration"] == "TVM tuned (ours)" and result["max_steps"] == 1.0
+    assert "(a note)" in captured.err
+    assert seen["model"].name == "tiny_resnet" and seen["work_dir"] == work_dir
+    assert seen["records"] is not None and seen["threads"] == 1
+    assert seen["peers"] is False and seen["choose_per_task"] is False

@@ -1,4 +1,4 @@
-"""Issue 32: an EfficientNet-B0 written as a third party writes it (depthwise convs, swish as
+"""An EfficientNet-B0 written as a third party writes it (depthwise convs, swish as
 x*sigmoid(x), squeeze-excitation, batch norms as modules of their own), exported to ONNX and
 quantized QDQ by ONNX Runtime's quantize_static (per-channel int8 weights, uint8 activations,
 calibrated on random data), through ``quantfuse fusion`` on the A100 and a small ``tune`` on this
@@ -45,10 +45,7 @@ def test_fusion_on_the_a100_measures_every_task(seed, qdq_files, capsys):
 @pytest.mark.skipif(bool(targets.missing_features(AVX2)),
                     reason=f"runs code built for {AVX2}, which this host cannot")
 def test_a_small_tune_on_the_host_matches_onnx_runtime(qdq_files, tmp_path, capsys, monkeypatch):
-    from relay_ext.cli.inputs import load_model
-    from relay_ext.cli.parser import build_parser
-    from relay_ext.tuning import compile_model
-    from relay_ext.workdir.files import open_tuned_database
+    import relay_ext
 
     model_args = ["--model", str(qdq_files[0]), "--target", AVX2]
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)
@@ -58,6 +55,6 @@ def test_a_small_tune_on_the_host_matches_onnx_runtime(qdq_files, tmp_path, caps
     out = capsys.readouterr().out
     assert re.search(r"4 records in .*tasks have a valid measurement", out), out
 
-    loaded = load_model(build_parser().parse_args(["fusion", *model_args]))
-    lib = compile_model(open_tuned_database(work_dir), loaded.mod, loaded.params, AVX2)
+    loaded = relay_ext.load_model(qdq_files[0])
+    lib = relay_ext.compile(loaded, target=AVX2, records=work_dir, choose_per_task=False).lib
     assert worst_steps(loaded, lib) <= 3 + 1e-3

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["meta_rules", "relay_ext.frontend", "relay_ext.lowering", "relay_ext.measure",
           "relay_ext.workdir", "relay_ext.schedules", "relay_ext.tuning", "relay_ext.build",
-          "relay_ext.deploy", "relay_ext.report", "relay_ext.peers", "relay_ext.bench", "relay_ext.cli"]
+          "relay_ext.deploy", "relay_ext.report", "relay_ext.peers", "relay_ext.latency", "relay_ext.cli"]
 
 
 def _module_name(path: Path) -> str:
@@ -73,24 +73,29 @@ def test_no_module_imports_a_later_step(module):
     assert not upward, f"{module} imports later steps: {sorted(upward)}"
 
 
-def test_no_import_cycles():
-    graph = {m: {_known(i) for i in _imports(p)} - {"", "relay_ext", m} for m, p in MODULES.items()}
-    # A package imports its own submodules by design (its __init__ re-exports); that is no cycle.
-    graph = {m: {i for i in deps if not i.startswith(m + ".")} for m, deps in graph.items()}
+def _assert_acyclic(graph: Dict[str, Set[str]], what: str) -> None:
     state: Dict[str, int] = {}
 
     def visit(node, stack):
         state[node] = 1
-        for nxt in graph.get(node, ()):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+                raise AssertionError(f"{what} cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
             if nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_no_import_cycles():
+    graph = {m: {_known(i) for i in _imports(p)} - {"", "relay_ext", m} for m, p in MODULES.items()}
+    # A package imports its own submodules by design (its __init__ re-exports); that is no cycle.
+    graph = {m: {i for i in deps if not i.startswith(m + ".")} for m, deps in graph.items()}
+    _assert_acyclic(graph, "import")
+    _assert_acyclic(_meta_rules_folder_graph(graph), "meta_rules folder")
 
 
 def test_the_tree_reads_as_the_data_path():
@@ -103,19 +108,24 @@ def test_the_tree_reads_as_the_data_path():
         assert doc and len(doc) > 80, f"relay_ext/{package}/__init__.py needs a docstring naming its step"
 
 
-# --- begin: regroup (written by regroup.py) ---
-# meta_rules' folders (issue 31): what each may import of meta_rules. base/ and analysis/ are
-# what every rule uses; generic/ may register cpu/'s AMX intrinsics (a database names them);
-# cpu/ and gpu/ never import each other; only the top level (the package face, the rule sets),
-# measure/ and testing/ import the rule sets.
-META_RULES_TOP = {"__init__", "rule_sets"}
+# --- begin: regroup ---
+# meta_rules' folders: what each may import of meta_rules, lowest first. base/ imports nothing
+# else of meta_rules; analysis/ reads TIR with base/'s help; generic/, cpu/ and gpu/ hold the rules
+# and import only base/ and analysis/ (never each other); the top level (the rule sets, the
+# database intrinsics) puts them together per target; measure/ and testing/ build on it. The
+# package's own __init__ (its face) wires the public names and may import any of them.
+META_RULES_TOP = {"__init__", "rule_sets", "database_intrinsics"}
 META_RULES_MAY_IMPORT = {
-    "base": {"base", "analysis"},
+    "base": {"base"},
     "analysis": {"base", "analysis"},
-    "generic": {"base", "analysis", "generic", "cpu"},
-    "cpu": {"base", "analysis", "generic", "cpu"},
-    "gpu": {"base", "analysis", "generic", "gpu"},
+    "generic": {"base", "analysis", "generic"},
+    "cpu": {"base", "analysis", "cpu"},
+    "gpu": {"base", "analysis", "gpu"},
+    "top": {"base", "analysis", "generic", "cpu", "gpu", "top"},
+    "measure": {"base", "analysis", "top", "measure"},
+    "testing": {"base", "analysis", "generic", "cpu", "gpu", "top", "testing"},
 }
+META_RULES_FOLDERS = [f for f in META_RULES_MAY_IMPORT if f != "top"]
 
 
 def _meta_rules_folder(module: str) -> str:
@@ -126,21 +136,40 @@ def _meta_rules_folder(module: str) -> str:
     return "top"
 
 
-def test_meta_rules_top_level_holds_only_its_face_and_the_rule_sets():
+def _meta_rules_folder_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    """Which meta_rules folder imports which, from the module graph (the package face left out)."""
+    folders: Dict[str, Set[str]] = {}
+    for module, deps in graph.items():
+        if module.startswith("meta_rules."):
+            mine = _meta_rules_folder(module)
+            folders.setdefault(mine, set()).update(
+                _meta_rules_folder(d) for d in deps if d.startswith("meta_rules."))
+            folders[mine].discard(mine)
+    return folders
+
+
+def test_meta_rules_top_level_holds_only_its_face_and_what_composes_the_folders():
     top = sorted(p.stem for p in (ROOT / "meta_rules").glob("*.py"))
     assert set(top) <= META_RULES_TOP, f"move {sorted(set(top) - META_RULES_TOP)} into a folder"
-    for folder in META_RULES_MAY_IMPORT:
+    folders = sorted(p.name for p in (ROOT / "meta_rules").iterdir() if (p / "__init__.py").exists())
+    assert folders == sorted(META_RULES_FOLDERS), "a meta_rules folder needs its line in META_RULES_MAY_IMPORT"
+    for folder in META_RULES_FOLDERS:
         init = ROOT / "meta_rules" / folder / "__init__.py"
-        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), init
+        assert ast.get_docstring(ast.parse(init.read_text())), init
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("meta_rules.")))
 def test_meta_rules_folders_import_only_what_they_may(module):
     folder = _meta_rules_folder(module)
-    allowed = META_RULES_MAY_IMPORT.get(folder)
-    if allowed is None:
-        return  # the top level, measure/, testing/: anything of meta_rules
+    allowed = META_RULES_MAY_IMPORT[folder]
     wrong = sorted(i for i in map(_known, _imports(MODULES[module]))
-                   if i.startswith("meta_rules") and _meta_rules_folder(i) not in allowed)
-    assert not wrong, f"{module} ({folder}/) may import only {sorted(allowed)}, not {wrong}"
+                   if i.startswith("meta_rules") and (i == "meta_rules" or _meta_rules_folder(i) not in allowed))
+    assert not wrong, f"{module} ({folder}/) may import only {sorted(allowed)} of meta_rules, not {wrong}"
+
+
+def test_the_folder_cycle_check_sees_a_cycle():
+    graph = {"meta_rules.base.a": {"meta_rules.analysis.b"}, "meta_rules.analysis.b": {"meta_rules.base.c"},
+             "meta_rules.base.c": set()}
+    with pytest.raises(AssertionError, match="analysis -> base -> analysis"):
+        _assert_acyclic(_meta_rules_folder_graph(graph), "meta_rules folder")
 # --- end: regroup ---

@@ -1,5 +1,6 @@
-"""relay_ext.frontend.models / relay_ext.report.accuracy: quantized models load, import to Relay, and agree with
-PyTorch within measured bounds (see docs/models.md for the numbers and where they come from)."""
+"""relay_ext.frontend.models / relay_ext.report.accuracy: quantized models load (through
+relay_ext.load_model), import to Relay, and agree with PyTorch within measured bounds (see
+docs/models.md for the numbers and where they come from)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import torch
 import tvm
 from torch import nn
 
-from relay_ext import accuracy, models
+import relay_ext
+from relay_ext import accuracy
+from relay_ext.frontend import models
 
 # Largest distance from PyTorch, in output quantization steps, for TVM's stock import and
 # default build (docs/models.md). The tiny model's 3 steps come from its integer average pool
@@ -24,14 +27,15 @@ TOLERANCE = 1e-3  # steps are whole numbers up to float32 error
 
 @pytest.fixture(scope="module")
 def tiny() -> models.LoadedModel:
-    return models.load("tiny_resnet", image_size=SMALL_IMAGE)
+    return relay_ext.load_model("tiny_resnet", image_size=SMALL_IMAGE)
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny: models.LoadedModel) -> dict[str, models.LoadedModel]:
     """Each registered model at a small size, loaded once for the whole file."""
     others = [name for name in models.available_models() if name != tiny.name]
-    return {tiny.name: tiny, **{name: models.load(name, image_size=SMALL_IMAGE) for name in others}}
+    return {tiny.name: tiny, **{name: relay_ext.load_model(name, image_size=SMALL_IMAGE)
+                                  for name in others}}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,9 @@ def tiny_tvm_output(tiny: models.LoadedModel) -> np.ndarray:
 
 
 def _tvm_output(model: models.LoadedModel, mod: tvm.IRModule | None = None) -> np.ndarray:
-    return accuracy.run_untuned(model.mod if mod is None else mod, model.params, model.inputs)[0]
+    built = relay_ext.compile(model.mod if mod is None else mod, model.params, "llvm",
+                              schedule="default", opt_level=2)
+    return relay_ext.run_module(built, model.inputs)[0]
 
 
 def _qnn_op_names(mod: tvm.IRModule) -> set[str]:
@@ -87,7 +93,7 @@ def test_output_scale_is_that_of_the_torch_output(tiny: models.LoadedModel) -> N
 
 
 def test_load_is_deterministic(tiny: models.LoadedModel) -> None:
-    again = models.load("tiny_resnet", image_size=SMALL_IMAGE)
+    again = relay_ext.load_model("tiny_resnet", image_size=SMALL_IMAGE)
     np.testing.assert_array_equal(again.example_input, tiny.example_input)
     tvm.ir.assert_structural_equal(again.mod, tiny.mod)
     for name, value in tiny.params.items():
@@ -101,7 +107,7 @@ def test_load_is_deterministic(tiny: models.LoadedModel) -> None:
 def test_untuned_tvm_matches_torch_within_measured_steps(loaded: dict[str, models.LoadedModel], name: str) -> None:
     model = loaded[name]
     hash_before = tvm.ir.structural_hash(model.mod)
-    error = accuracy.compare_untuned_with_torch(model)
+    error = accuracy.compare_untuned_with_reference(model)
     assert error.max_steps <= STOCK_STEP_BOUND[name] + TOLERANCE, error
     # relay.build would write "UPWARD" into the qnn.requantize attributes of the module it builds.
     assert tvm.ir.structural_hash(model.mod) == hash_before
@@ -139,7 +145,7 @@ def test_step_error_counts_whole_steps() -> None:
 def test_nhwc_converts_every_qnn_conv_and_keeps_the_output(
     tiny: models.LoadedModel, tiny_tvm_output: np.ndarray
 ) -> None:
-    nhwc = models.load("tiny_resnet", image_size=SMALL_IMAGE, layout="NHWC")
+    nhwc = relay_ext.load_model("tiny_resnet", image_size=SMALL_IMAGE, layout="NHWC")
     layouts = models.conv_layouts(nhwc.mod)
     assert len(layouts) == 3
     assert all(op == "qnn.conv2d" and data == "NHWC" and kernel == "HWIO" for op, data, kernel in layouts), layouts
@@ -201,7 +207,7 @@ def test_float_torchscript_is_valid_input(tmp_path) -> None:
     expected = accuracy.run_torchscript(model.torchscript, model.example_input)
     np.testing.assert_allclose(_tvm_output(model), expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="no output quantization scale"):
-        accuracy.compare_untuned_with_torch(model)
+        accuracy.compare_untuned_with_reference(model)
 
 
 # --- bad input ----------------------------------------------------------------------------------
@@ -209,7 +215,7 @@ def test_float_torchscript_is_valid_input(tmp_path) -> None:
 
 def test_unknown_model_name_lists_the_valid_names() -> None:
     with pytest.raises(ValueError, match="unknown model 'resnet19'") as raised:
-        models.load("resnet19")
+        relay_ext.load_model("resnet19")
     for name in models.available_models():
         assert name in str(raised.value)
 
@@ -224,7 +230,7 @@ def test_unknown_model_name_lists_the_valid_names() -> None:
 )
 def test_bad_load_arguments(arguments: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        models.load("resnet18", **arguments)
+        relay_ext.load_model("resnet18", **arguments)
 
 
 def test_missing_torchscript_file(tmp_path) -> None:

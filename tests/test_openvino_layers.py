@@ -1,5 +1,6 @@
 """OpenVINO's per-layer counters (relay_ext/peers/openvino_layers.py) and how
-benchmarks/where_time_goes.py matches its conv nodes to TVM's conv tasks, on tiny_resnet at 32."""
+benchmarks/where_time_goes.py (benchmarks/layer_timing.py) matches its conv nodes to TVM's conv
+tasks, on tiny_resnet at 32."""
 
 import collections
 
@@ -12,7 +13,8 @@ pytest.importorskip("openvino", reason="OpenVINO's per-layer table needs openvin
 pytest.importorskip("onnxruntime.quantization", reason="the QDQ export needs onnxruntime: pip install 'quantfuse[onnx]'")
 
 from benchmarks.layer_table import match, table  # noqa: E402
-from benchmarks.where_time_goes import conv_signature, openvino_rows  # noqa: E402
+from benchmarks.layer_timing import conv_signature, openvino_rows  # noqa: E402
+import relay_ext  # noqa: E402
 from relay_ext.frontend import models  # noqa: E402
 from relay_ext.frontend.eager_quantization import seeded_float_model  # noqa: E402
 from relay_ext.frontend.onnx_export import export_quantized  # noqa: E402
@@ -64,7 +66,7 @@ def test_openvino_conv_nodes_have_the_models_conv_shapes_and_positive_times(prof
 
 
 def test_every_tvm_conv_task_is_paired_with_an_openvino_node(profile):
-    loaded = models.load(MODEL, image_size=SIZE)
+    loaded = relay_ext.load_model(MODEL, image_size=SIZE)
     tasks = lowered_tasks(loaded.mod, loaded.params, normalize_target("host"), "ours")
     tvm_rows = [{"task": t.task_name, "calls": int(t.weight), "signature": conv_signature(t),
                  "used_ms": 1.0, "default_ms": 1.0} for t in tasks]

@@ -34,8 +34,8 @@ from relay_ext.frontend import pt2e_import
 from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, QNN_COMPUTE_OPS
 from relay_ext.lowering import targets
 from relay_ext.report.accuracy import step_error
-from relay_ext.build.default import build_untuned
-from relay_ext.tuning import run_module
+from relay_ext.build import compile
+from relay_ext.measure.run import run_module
 
 SHAPE = (1, 3, 16, 16)
 WIDTH, DEPTH, CLASSES = 0.25, 0, 10
@@ -82,7 +82,7 @@ def test_import_makes_every_conv_and_linear_integer(family, program_file):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_untuned_build_is_within_3_steps_of_the_program(family, program_file):
     loaded = pt2e_import.from_exported_program(program_file(family))
-    lib = build_untuned(loaded.mod, loaded.params, AVX2)
+    lib = compile(loaded, target=AVX2, schedule="default", opt_level=2)
     generator = np.random.default_rng(3)
     for data in (loaded.example_input, generator.standard_normal(SHAPE, dtype=np.float32)):
         (out,) = run_module(lib, {loaded.input_name: data})

@@ -82,7 +82,8 @@ def test_vnni_conv_has_independent_accumulators_and_exact_outputs():
         from tvm.topi.x86 import conv2d_avx_common
         from relay_ext.lowering.x86 import vnni_conv_schedule
         from relay_ext.lowering.config import BUILD_OPTIONS
-        from relay_ext.tuning import run_module  # installs the VNNI intrinsics and our schedule
+        from relay_ext.lowering import relay_build  # installs the VNNI intrinsics and our schedule
+        from relay_ext.measure.run import run_module
         rng = np.random.default_rng(0)
 
         def qconv(stride):  # uint8 NCHW 3x3 conv -> requantize -> uint8, full-range int8 weights

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -16,7 +15,6 @@ from relay_ext.cli.inputs import (
     check_runs_here,
     checked_variant,
     closed_after,
-    is_model_file,
     load_model,
     resolve_target,
     rpc_runner,
@@ -28,6 +26,7 @@ from relay_ext.cli.inputs import (
 )
 from relay_ext.cli.parser import BadInput
 from relay_ext.cli.progress_bar import ProgressPrinter
+from relay_ext.lowering.toolchain import require_c_compiler  # standard library only
 
 
 def search_strategy():
@@ -100,6 +99,7 @@ def cmd_tune(args) -> int:
     check_model(args)
     checked_variant(args.variant)  # its own message, before the target's checks use it
     run = run_description(args, resolve_target(args.target, args.variant))
+    require_c_compiler()  # every candidate is linked with it: refuse before the model loads
     if args.rpc is None:  # with --rpc the target describes the remote devices
         check_runs_here(run.target)
     runner = rpc_runner(args.rpc, run.target)
@@ -151,69 +151,26 @@ def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
     return 0
 
 
-def onnx_export_for_bench(model: str, image_size: int, work_dir: Path, note_to=None):
-    """A built-in model's ONNX export, quantized by ONNX Runtime, for bench's ONNX Runtime row
-    (kept in the work dir); None with a note (on ``note_to``, default stdout) when onnx/onnxruntime
-    are not installed."""
-    from relay_ext.frontend.onnx_export import export_quantized
-    from relay_ext.frontend.optional_deps import MissingDependency
+def print_bench(result, work_dir: Optional[Path], as_json: bool = False) -> None:
+    """A BenchResult for people (``as_json``: one JSON object on stdout, and nothing else
+    there), and where its report went."""
+    from relay_ext.latency.report import text_report
+    from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
 
-    path = work_dir / f"{model}_{image_size}_qdq.onnx"
-    if path.exists():
-        return path
-    try:
-        return export_quantized(model, path, image_size=image_size)
-    except MissingDependency as error:
-        print(f"(no ONNX Runtime row: {error})", file=note_to or sys.stdout)
-        return None
-
-
-def bench(loaded, database, work_dir: Optional[Path], target, variant: str = "ours", repeats: int = 10,
-          number: int = 10, threads=None, onnx_model=None, as_json: bool = False,
-          never_slower: bool = True, peers: bool = True, builtin_model=None):
-    """Measure, print the table (``as_json``: one JSON object on stdout, and nothing else there),
-    write report.md and the chart into ``work_dir``; returns the BenchResult. ``database`` and
-    ``work_dir`` None: the no-search build is timed instead of the tuned one, and no report is
-    written. With a work dir the never-slower rule's timings are kept there
-    (``NEVER_SLOWER_FILE``): a second bench times no task again. ``peers``: time OpenVINO and PyTorch
-    Inductor too; ``builtin_model``: the built-in model's name (its PT2E program for Inductor)."""
-    from relay_ext.bench.run import measure_latency
-    from relay_ext.bench.report import write_report
-    from relay_ext.report.tables import text_table
-    from relay_ext.workdir.files import NEVER_SLOWER_FILE
-
-    result = measure_latency(loaded, database, target, variant, repeats=repeats, number=number,
-                             threads=threads, onnx_model=onnx_model, never_slower=never_slower,
-                             peers=peers, builtin_model=builtin_model,
-                             cache_path=None if work_dir is None else work_dir / NEVER_SLOWER_FILE)
-    if as_json:  # issue 18 item 5
+    for note in result.notes:  # a row left out before timing
+        print(note, file=sys.stderr if as_json else sys.stdout)
+    wrote = None if work_dir is None else f"wrote {work_dir / REPORT_FILE} and {work_dir / CHART_FILE}"
+    if as_json:
         print(json.dumps(result.to_dict(), indent=2))
-        if work_dir is not None:
-            paths = write_report(result, work_dir)
-            print(f"wrote {paths['report']} and {paths['chart']}", file=sys.stderr)
-        return result
-    print(f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
-          f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs")
-    print(f"{result.main} vs {result.reference}: max {result.max_steps:.2f} output quantization "
-          f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
-          f"untuned: {result.untuned_max_steps:.2f}")
-    for line in result.runtime_lines() + result.peer_lines() + result.default_lines():
-        print(line)
-    print()
-    print(text_table(result.header, result.rows()))
-    if result.summary_line():
-        print(f"\n{result.summary_line()}")
-    if result.busy_warning:
-        print(f"\n{result.busy_warning}")
-    if work_dir is None:
-        print("\n(no report.md or chart: they go to --work-dir)")
-        return result
-    paths = write_report(result, work_dir)
-    print(f"\nwrote {paths['report']} and {paths['chart']}")
-    return result
+        if wrote:
+            print(wrote, file=sys.stderr)
+        return
+    print(text_report(result))
+    print("\n(no report.md or chart: they go to --work-dir)" if wrote is None else f"\n{wrote}")
 
 
 def cmd_bench(args) -> int:
+    from relay_ext.latency.run import bench
     from relay_ext.workdir.files import open_tuned_database
 
     check_model(args)
@@ -223,7 +180,7 @@ def cmd_bench(args) -> int:
         raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
     check_runs_here(run.target)
     work_dir = None if args.work_dir is None else Path(args.work_dir)
-    database = None  # no work dir: bench times the no-search build (issue 29)
+    database = None  # no work dir: bench times the no-search build
     if work_dir is not None:
         database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
         work_dir_checked(run.check_tuned_for, work_dir)
@@ -231,14 +188,9 @@ def cmd_bench(args) -> int:
     if loaded.output_scale is None:
         raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
     warn_if_generic_llvm(args.target, run.target)
-    built_in = not is_model_file(args.model)
-    with tempfile.TemporaryDirectory(prefix="quantfuse-bench-") as scratch:
-        # without a work dir the ONNX export for ONNX Runtime's row goes to a temporary dir
-        onnx_model = (onnx_export_for_bench(args.model, args.image_size, work_dir or Path(scratch),
-                                            sys.stderr if args.json else None)
-                      if built_in else None)
-        bench(loaded, database, work_dir, run.target, run.variant, args.repeats, args.number,
-              args.threads, onnx_model, as_json=args.json,
-              never_slower=not args.keep_slower_records, peers=not args.no_peers,
-              builtin_model=args.model if built_in else None)
+    result = bench(loaded, target=run.target, records=database, work_dir=work_dir,
+                   variant=run.variant, repeats=args.repeats, number=args.number,
+                   threads=args.threads, choose_per_task=not args.keep_slower_records,
+                   peers=not args.no_peers)
+    print_bench(result, work_dir, as_json=args.json)
     return 0

@@ -7,7 +7,7 @@ import os
 import time
 
 from relay_ext.cli import EXIT_FAILED
-from relay_ext.cli.commands import bench, measured_line, onnx_export_for_bench, print_fusion_table
+from relay_ext.cli.commands import measured_line, print_bench, print_fusion_table
 from relay_ext.cli.inputs import resolve_target, writable_dir
 
 MODEL = "tiny_resnet"
@@ -25,7 +25,8 @@ def demo_search():
 
 def cmd_demo(args) -> int:
     import meta_rules
-    from relay_ext.frontend import models
+    from relay_ext.latency.run import bench
+    from relay_ext.frontend.loader import load_model
     from relay_ext.lowering.targets import host_llvm_target
     from relay_ext.report.fusion import fusion_report
     from relay_ext.tuning import extract_tasks, read_tuning_summary, tune
@@ -40,7 +41,7 @@ def cmd_demo(args) -> int:
 
     step(f"fusion report: {MODEL} {args.image_size}x{args.image_size}, {FUSION_TARGET}, "
          "all variants (nothing tuned)")
-    loaded = models.load(MODEL, image_size=args.image_size)
+    loaded = load_model(MODEL, image_size=args.image_size)
     print_fusion_table(fusion_report(loaded.mod, loaded.params, resolve_target(FUSION_TARGET),
                                      list(meta_rules.VARIANTS)))
 
@@ -54,9 +55,9 @@ def cmd_demo(args) -> int:
 
     step("compile with the tuned records, check against PyTorch, time TVM, PyTorch and ONNX "
          "Runtime")
-    onnx_model = onnx_export_for_bench(MODEL, args.image_size, work_dir)
-    result = bench(loaded, database, work_dir, llvm, "ours", repeats=10, number=10,
-                   onnx_model=onnx_model, builtin_model=MODEL)
+    result = bench(loaded, target=llvm, records=database, work_dir=work_dir, repeats=10,
+                   number=10)
+    print_bench(result, work_dir)
     ok = round(result.max_steps, 3) <= 3  # whole steps apart, up to float rounding
     step(f"done: TVM tuned is {result.max_steps:.2f} quantization steps from PyTorch "
          f"({'OK' if ok else 'MORE THAN 3'}); report in {work_dir}")

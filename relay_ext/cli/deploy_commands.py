@@ -23,6 +23,7 @@ from relay_ext.cli.inputs import (
     work_dir_checked,
 )
 from relay_ext.cli.parser import BadInput
+from relay_ext.lowering.toolchain import require_c_compiler  # standard library only
 
 
 def cmd_export(args) -> int:
@@ -37,18 +38,20 @@ def cmd_export(args) -> int:
         raise BadInput(str(error)) from None
     target = resolve_target(args.target, variant)
     check_runs_here(target)  # nor one whose code this CPU cannot run
+    require_c_compiler()  # the shared library is linked with it: refuse before the model loads
     database = cache_path = None
     if args.work_dir is not None:
-        from relay_ext.workdir.files import NEVER_SLOWER_FILE, open_tuned_database
+        from relay_ext.workdir.files import TASK_TIMINGS_FILE, open_tuned_database
 
-        cache_path = Path(args.work_dir) / NEVER_SLOWER_FILE  # bench's timings, kept there
+        cache_path = Path(args.work_dir) / TASK_TIMINGS_FILE  # bench's timings, kept there
         database = work_dir_checked(open_tuned_database, Path(args.work_dir))
         work_dir_checked(run_description(args, target).check_tuned_for, Path(args.work_dir))
     loaded = load_model(args)
     warn_if_generic_llvm(args.target, target)
-    result = export(out, loaded.mod, loaded.params, target, database, variant, args.threads,
-                    never_slower=not args.keep_slower_records, model_name=loaded.name,
-                    cache_path=cache_path)
+    result = export(out, loaded, target=target,
+                    schedule="default" if database is None else "tuned", records=database,
+                    variant=variant, threads=args.threads,
+                    choose_per_task=not args.keep_slower_records, timing_cache=cache_path)
     manifest = result.manifest
     records = manifest["records"]
     if database is None:

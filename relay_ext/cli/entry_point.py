@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from relay_ext.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from relay_ext.cli.parser import BadInput, build_parser
+from relay_ext.lowering.toolchain import MissingCCompiler  # stdlib only: 'run' stays light
 
 # command -> (module of relay_ext.cli, function): imported when the command runs, so that 'run'
 # (deploy_commands) never imports the tuning flow that commands.py and demo.py import
@@ -52,7 +53,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return _with_native_log(args, command)
     except SystemExit as exit_:  # --help
         return exit_.code if isinstance(exit_.code, int) else 0
-    except BadInput as error:
+    except (BadInput, MissingCCompiler) as error:  # what the user's machine or input lacks
         if verbose:
             traceback.print_exc()
         print(f"quantfuse: error: {error}", file=sys.stderr)
@@ -96,7 +97,7 @@ def _with_native_log(args, command) -> int:
     try:
         with native_log_to(captured) as log:
             return command(args)
-    except BadInput:
+    except (BadInput, MissingCCompiler):
         bad_input = True
         raise
     finally:

@@ -20,16 +20,13 @@ EXAMPLE_TARGETS = "examples: host, llvm -mcpu=core-avx2, nvidia/nvidia-a100"
 
 
 def resolve_target(text: str, variant: str = "ours", quiet: bool = False):
-    """--target, parsed and checked (an -mcpu LLVM does not know, a target without MetaSchedule
-    defaults: BadInput); an llvm target gets its -num-cores; ``host`` is this machine's best
-    target, printed (not when ``quiet``: stdout is JSON), and one whose code could use AMX is
-    mapped to one without it (a warning line)."""
-    import meta_rules
-    from relay_ext.lowering.targets import is_host, normalize_target, short_text
+    """--target as the library checks it (:func:`relay_ext.lowering.targets.tunable_target`), its
+    ValueError as BadInput; ``host`` is printed as the target it became (not when ``quiet``:
+    stdout is JSON)."""
+    from relay_ext.lowering.targets import is_host, short_text, tunable_target
 
     try:
-        target = normalize_target(text)
-        meta_rules.schedule_rules(target, variant)  # a target MetaSchedule has no defaults for
+        target = tunable_target(text, variant)
     except ValueError as error:
         examples = "" if "for this machine" in str(error) else f"; {EXAMPLE_TARGETS}"
         raise BadInput(f"{error}{examples}") from None
@@ -39,7 +36,8 @@ def resolve_target(text: str, variant: str = "ours", quiet: bool = False):
 
 
 def check_runs_here(target) -> None:
-    """Measuring here: refuse a target whose code this machine cannot execute."""
+    """:func:`relay_ext.lowering.targets.check_runs_here` (measuring here: a target whose code
+    this machine cannot execute is refused), its TargetNotRunnable as BadInput."""
     from relay_ext.lowering.targets import TargetNotRunnable, check_runs_here as check
 
     try:
@@ -67,13 +65,11 @@ def checked_variant(text: str) -> str:
         raise BadInput(f"--variant: {error}") from None
 
 
-# --- the model ------------------------------------------------------------------------------------
-
-
-TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+# --- the model ---------------------------------------------------------------------------------
 
 
 def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
+    """--input-shape ("1,3,224,224" or "1x3x224x224") as a tuple; BadInput when it is not one."""
     if not text:
         raise BadInput("a TorchScript model needs its input shape: add --input-shape 1,3,224,224")
     try:
@@ -85,91 +81,43 @@ def parse_shape(text: Optional[str]) -> Tuple[int, ...]:
     return shape
 
 
-def is_model_file(text: str) -> bool:
-    return (os.sep in text or text.endswith((*TORCHSCRIPT_SUFFIXES, ".onnx", ".pt2"))
-            or os.path.exists(text))
+def _model_options(args) -> dict:
+    """:func:`relay_ext.load_model`'s options from --input-shape (a model file's), --image-size
+    (a built-in model's) and --layout."""
+    from relay_ext.frontend.loader import is_model_file
 
-
-def is_onnx(text: str) -> bool:
-    return text.lower().endswith(".onnx")
-
-
-def is_pt2e(text: str) -> bool:
-    """A program saved with torch.export.save (PT2E-quantized): it names its own input shape."""
-    return text.lower().endswith(".pt2")
+    file = is_model_file(args.model)
+    shape = parse_shape(args.input_shape) if file and args.input_shape else None
+    return {"input_shape": shape, "image_size": args.image_size, "layout": args.layout}
 
 
 def check_model(args) -> None:
-    """The cheap checks of --model, before anything slow runs: a built-in name, or an existing
-    file (a TorchScript file needs --input-shape; an ONNX file and a .pt2 program name their own
-    input)."""
-    from relay_ext.frontend import models
+    """The cheap checks of --model, before anything slow runs
+    (:func:`relay_ext.frontend.loader.check_source`), as BadInput."""
+    from relay_ext.frontend.loader import ModelSourceError, check_source
 
-    if not is_model_file(args.model):
-        if args.model not in models.MODELS:
-            raise BadInput(f"unknown model {args.model!r}; built-in models: "
-                           f"{', '.join(models.available_models())} (or a TorchScript, ONNX or .pt2 file)")
-        return
-    if os.path.isdir(args.model):
-        raise BadInput(f"--model {args.model} is a directory; pass a TorchScript (.pt), ONNX (.onnx) "
-                       f"or PT2E (.pt2) file, or a built-in model ({', '.join(models.available_models())})")
-    if not os.path.isfile(args.model):  # before the shape: a mistyped path is the problem
-        raise BadInput(f"model file not found: {args.model}; pass a built-in model "
-                       f"({', '.join(models.available_models())}) or an existing file")
-    if not (is_onnx(args.model) or is_pt2e(args.model)) or args.input_shape:
-        parse_shape(args.input_shape)
+    try:
+        check_source(args.model, _model_options(args)["input_shape"])
+    except ModelSourceError as error:
+        raise BadInput(str(error)) from None
 
 
 def load_model(args):
-    """The model --model names (checked by :func:`check_model` first), as a LoadedModel. An ONNX
-    model that is not quantized, whose input is dynamic without --input-shape, or that needs the
-    missing onnx/onnxruntime packages is BadInput; so is a .pt2 program without torchao, or with an
-    op the PT2E import does not convert."""
-    from relay_ext.frontend import models
+    """The model --model names, loaded by :func:`relay_ext.load_model`; what it cannot load from
+    the input (ValueError: unknown model, missing file or package, a float model, an op the import
+    lacks ...) is BadInput, its first line."""
+    from relay_ext.frontend.loader import load_model as load
 
-    check_model(args)
+    options = _model_options(args)
     try:
-        if is_onnx(args.model):
-            from relay_ext.frontend.onnx_import import from_onnx
-
-            shape = parse_shape(args.input_shape) if args.input_shape else None
-            return from_onnx(args.model, input_shape=shape, layout=args.layout)
-        if is_pt2e(args.model):
-            return _pt2e_model(args)
-        if is_model_file(args.model):
-            return models.from_torchscript(
-                args.model, {models.DEFAULT_INPUT_NAME: parse_shape(args.input_shape)},
-                layout=args.layout)
-        return models.load(args.model, image_size=args.image_size, layout=args.layout)
+        return load(args.model, **options)
     except (ValueError, FileNotFoundError) as error:
-        from meta_rules.base.tvm_errors import QuantfuseBug, check_failure
-
-        failed = check_failure(error)  # a TVM check failure under the frontend's ValueError: ours
-        if failed is not None:
-            raise QuantfuseBug(f"importing {args.model}", failed) from error
         raise BadInput(str(error).splitlines()[0]) from None
-    except Exception as error:  # a TVM check failure past the checks of the input: ours
-        from meta_rules.base.tvm_errors import QuantfuseBug, is_tvm_failure
-
-        if is_tvm_failure(error):
-            raise QuantfuseBug(f"importing {args.model}", error) from error
-        raise
-
-
-def _pt2e_model(args):
-    """A .pt2 program: its input shape is its own; an --input-shape must agree with it."""
-    from relay_ext.frontend.pt2e_import import from_exported_program
-
-    loaded = from_exported_program(args.model, layout=args.layout)
-    if args.input_shape and parse_shape(args.input_shape) != tuple(loaded.input_shape):
-        raise BadInput(f"--input-shape {args.input_shape} does not match the program's input "
-                       f"{','.join(map(str, loaded.input_shape))} (a .pt2 program fixes its shape; "
-                       "leave --input-shape out)")
-    return loaded
 
 
 def run_description(args, target):
     """What --model, --input-shape, --image-size, --layout, --target and --variant describe."""
+    from relay_ext.frontend.loader import is_model_file
     from relay_ext.workdir.files import RunDescription
 
     model_file = is_model_file(args.model)

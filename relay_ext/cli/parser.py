@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "saves a second build of each tuned task)")
     bench.add_argument("--no-peers", action="store_true",
                        help="skip the OpenVINO and PyTorch Inductor rows (each is compiled once "
-                            "before timing; Inductor's compile of ResNet-18 took 42 s here)")
+                            "before timing; Inductor's compile of a ResNet takes tens of seconds)")
     bench.add_argument("--json", action="store_true",
                        help="print the result as one JSON object on stdout (model, target, "
                             "threads, host_flags, rows with median/min/max ms, max_steps ...)")
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_deploy_commands(command, model) -> None:
-    """``export`` and ``run`` (issue 30): ``command(name, *parents)`` adds a subcommand."""
+    """``export`` and ``run``: ``command(name, *parents)`` adds a subcommand."""
     export = command("export", model)
     export.add_argument("--out", required=True, help="the library to write (a .so); its "
                         "description goes beside it with .json (model.so -> model.json)")

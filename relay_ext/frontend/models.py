@@ -1,11 +1,13 @@
-"""Quantized PyTorch models as TorchScript and Relay: the inputs of the tuning flow.
+"""Quantized PyTorch models as TorchScript and Relay: the built-in models and TorchScript files.
 
-``load(name)`` builds one of our own network definitions (:mod:`relay_ext.frontend.quantizable_nets`) with
-random weights from a fixed seed, quantizes it with PyTorch eager-mode static quantization (module
-fusion, the x86 qconfig, calibration on random batches), traces it to TorchScript and imports it
-with TVM's PyTorch frontend. ``from_torchscript(path, input_shapes)`` imports a user's own
-TorchScript file the same way. Both return a :class:`LoadedModel`. The import adds converters for
-quantized ops TVM 0.19's frontend lacks or rounds unlike PyTorch
+:func:`relay_ext.load_model` (:mod:`relay_ext.frontend.loader`) is the one public loader; it calls
+the steps here for a built-in name or a TorchScript file. ``load(name)`` builds one of our own
+network definitions (:mod:`relay_ext.frontend.quantizable_nets`) with random weights from a fixed
+seed, quantizes it with PyTorch eager-mode static quantization (module fusion, the x86 qconfig,
+calibration on random batches), traces it to TorchScript and imports it with TVM's PyTorch
+frontend. ``from_torchscript(path, input_shapes)`` imports a user's own TorchScript file the same
+way. Both return a :class:`LoadedModel`. The import adds converters for quantized ops TVM 0.19's
+frontend lacks or rounds unlike PyTorch
 (:mod:`relay_ext.frontend.torch_quantized_ops`). The quantization itself:
 :mod:`relay_ext.frontend.eager_quantization`.
 
@@ -46,6 +48,16 @@ LAYOUTS = ("NCHW", "NHWC")
 NHWC_CONV_LAYOUTS = {"qnn.conv2d": ["NHWC", "default"], "nn.conv2d": ["NHWC", "default"]}
 
 
+@dataclass(frozen=True)
+class BuiltinSource:
+    """The arguments :func:`load` made a built-in model with."""
+
+    name: str
+    batch_size: int
+    image_size: int
+    seed: int
+
+
 @dataclass
 class LoadedModel:
     """A model ready for TVM, with what is needed to check it against its reference runtime.
@@ -73,6 +85,9 @@ class LoadedModel:
     quantized: bool = True
     reference: Callable[[np.ndarray], np.ndarray] | None = None
     reference_name: str = "PyTorch int8"
+    # A built-in model: how it was made (None for a model file), so that the same network can be
+    # made again in another form (an ONNX export, a PT2E program) for the peers that run those.
+    builtin: BuiltinSource | None = None
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
@@ -157,7 +172,9 @@ def load(
     quantized = quantize_eager(float_model, calibration)
     example_input = random_input(input_shape, seed + 2)
     torchscript = _trace(quantized, example_input)
-    return _import_to_relay(name, torchscript, DEFAULT_INPUT_NAME, input_shape, example_input, layout)
+    loaded = _import_to_relay(name, torchscript, DEFAULT_INPUT_NAME, input_shape, example_input, layout)
+    loaded.builtin = BuiltinSource(name, batch_size, image_size, seed)
+    return loaded
 
 
 def from_torchscript(

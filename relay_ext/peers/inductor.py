@@ -9,13 +9,13 @@ torchao's ``prepare_pt2e`` / ``convert_pt2e`` with ``X86InductorQuantizer``
 (:func:`relay_ext.frontend.pt2e_export.quantize_pt2e`), then ``torch.compile`` with
 ``torch._inductor.config.freezing = True``, which folds the weights into constants so that
 Inductor's quantization passes fuse the dequantize/conv/quantize groups into oneDNN int8 kernels
-(without freezing the program runs its float ops). Running the same program eagerly (what bench's
-"eager" row times) measured 7.8x slower on a MobileNetV3 and is not what a PT2E user deploys.
+(without freezing the program runs its float ops). Running the same program eagerly (bench's
+"eager" row, :mod:`relay_ext.peers.pytorch`) is much slower and is not what a PT2E user deploys.
 
 Where it cannot run, :class:`InductorUnavailable` says why in one line: torchao's quantizer fails
 on the network (torchao 0.18 under torch 2.13 raises "Input partition has more than one output
 node" on torchvision's ResNet blocks, conv + batch norm + in-place add + ReLU), torchao is missing,
-or Inductor finds no C++ compiler.
+or Inductor finds no C++ compiler. :class:`InductorPeer` is bench's row.
 """
 
 from __future__ import annotations
@@ -30,21 +30,18 @@ from torch import nn
 
 from relay_ext.frontend import eager_quantization, models
 from relay_ext.frontend.optional_deps import MissingDependency
+from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, distribution_version,
+                                  first_line)
+from relay_ext.peers.pytorch import program_module, run_torch_module, torch_timer
+from relay_ext.report.accuracy import step_error
 
 logger = logging.getLogger(__name__)
 
 INDUCTOR = "PyTorch Inductor int8"
 
 
-class InductorUnavailable(RuntimeError):
+class InductorUnavailable(PeerUnavailable):
     """The Inductor row cannot run here; the message says why in one line."""
-
-
-def first_line(error: BaseException, limit: int = 200) -> str:
-    """An exception's first non-empty message line (its type's name when it has none), cut to
-    ``limit`` characters."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:limit]
 
 
 def cpp_compiler_problem() -> str | None:
@@ -115,14 +112,50 @@ def compile_inductor(module: nn.Module, example_input: np.ndarray) -> Callable[[
     return compiled
 
 
-def first_output(output: Any) -> np.ndarray:
-    """A module's (first) output as numpy."""
-    if isinstance(output, (tuple, list)):
-        output = output[0]
-    return output.detach().numpy()
+def inductor_version() -> str:
+    """torch's version, and torchao's when it is installed."""
+    torchao = distribution_version("torchao")
+    return f"torch {torch.__version__}" + (f", torchao {torchao}" if torchao else "")
 
 
-def run_module(module: Callable[[torch.Tensor], Any], data: np.ndarray) -> np.ndarray:
-    """``module``'s first output on ``data``, autograd off."""
-    with torch.no_grad():
-        return first_output(module(torch.from_numpy(np.ascontiguousarray(data))))
+class InductorPeer(Peer):
+    """``torch.compile`` with freezing of a PT2E program: a built-in model's float network through
+    torchao's PT2E flow, or a ``.pt2`` model's program itself; checked against the same program
+    run eagerly."""
+
+    name = INDUCTOR
+    optional = True
+
+    @property
+    def version(self) -> str:
+        return inductor_version()
+
+    def available(self) -> tuple[bool, str | None]:
+        problem = cpp_compiler_problem()
+        return problem is None, problem
+
+    def prepare(self, model: PeerModel, number: int, threads: int) -> Prepared:
+        loaded, program = model.loaded, program_module(model)
+        if loaded.builtin is None and program is None:
+            raise PeerUnavailable("no PT2E program: Inductor compiles a .pt2 model or a built-in "
+                                  "model quantized with torchao's PT2E flow")
+        try:
+            if loaded.builtin is not None:
+                built = loaded.builtin
+                module = builtin_pt2e_program(built.name, built.batch_size, built.image_size,
+                                              built.seed).module()
+                step = None  # the program's output is float: its step from the eager output
+            else:
+                module, step = program, loaded.output_scale
+            compiled = compile_inductor(module, loaded.example_input)
+            expected = run_torch_module(module, loaded.example_input)
+            output = run_torch_module(compiled, loaded.example_input)
+            timer = torch_timer(compiled, loaded.example_input, number)
+        except InductorUnavailable:
+            raise
+        except Exception as error:  # pylint: disable=broad-except - a compiled program's run failing
+            raise PeerUnavailable(f"PyTorch Inductor failed: {first_line(error)}") from error
+        from relay_ext.frontend.pt2e_import import float_output_step  # pylint: disable=C0415
+
+        steps = step_error(output, expected, step or float_output_step(expected)).max_steps
+        return Prepared(timer, "the same PT2E program run eagerly", steps)

@@ -12,7 +12,7 @@ one inference at a time on those threads, as bench times every runtime).
 
 Its output is checked against the file's meaning, ONNX Runtime running the QDQ graph as written
 (:class:`relay_ext.frontend.onnx_reference.OnnxRuntimeReference`), in steps of the file's output
-scale (:func:`qdq_output_step`).
+scale (:func:`qdq_output_step`). :class:`OpenVINOPeer` is bench's row.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from relay_ext.frontend.optional_deps import require_onnx, require_openvino
+from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
+from relay_ext.frontend.optional_deps import MissingDependency, require_onnx, require_openvino
+from relay_ext.peers.base import Peer, PeerModel, PeerUnavailable, Prepared, first_line, installed
+from relay_ext.report.accuracy import step_error
 
 OPENVINO = "OpenVINO int8"
 PERFORMANCE_HINT = "LATENCY"
@@ -102,3 +105,39 @@ def qdq_output_step(path: str | os.PathLike, reference_output: np.ndarray) -> fl
     output = np.asarray(reference_output, dtype=np.float64)
     spread = float(output.max() - output.min()) if output.size else 0.0
     return spread / 255 if spread > 0 else 1.0
+
+
+class OpenVINOPeer(Peer):
+    """OpenVINO's CPU plugin on the model's own ONNX file, else on a built-in model's export;
+    checked against ONNX Runtime running that file as written."""
+
+    name = OPENVINO
+    optional = True
+
+    @property
+    def version(self) -> str | None:
+        try:
+            return openvino_version()
+        except MissingDependency:
+            return None
+
+    def available(self) -> tuple[bool, str | None]:
+        return installed(require_openvino)
+
+    def prepare(self, model: PeerModel, number: int, threads: int) -> Prepared:
+        loaded, path = model.loaded, model.qdq_file
+        if path is None:
+            raise PeerUnavailable("no ONNX file to read: OpenVINO runs an .onnx model, or a "
+                                  "built-in model's ONNX export (which needs the onnx extra)")
+        try:
+            output, timer = openvino_timer(path, loaded.example_input, number, threads)
+            if model.is_onnx:
+                reference, expected = loaded.reference_name, loaded.run_reference()
+                step = loaded.output_scale
+            else:
+                ort = OnnxRuntimeReference(path, loaded.input_name, threads)
+                reference, expected = ort.name, ort(loaded.example_input)
+                step = qdq_output_step(path, expected)
+        except Exception as error:  # pylint: disable=broad-except - OpenVINO raises RuntimeError & co
+            raise PeerUnavailable(f"OpenVINO failed: {first_line(error)}") from error
+        return Prepared(timer, reference, step_error(output, expected, step).max_steps)

@@ -201,9 +201,9 @@ def onednn_conv_kernels(path: str | os.PathLike, threads: int, timeout_s: float 
     """oneDNN's own name of the implementation of each convolution primitive OpenVINO created
     for ``path`` (compiled and run once in a child process with
     ``ONEDNN_VERBOSE=profile_create``), counted: ``{"brg_conv_fwd:avx512_core_vnni": 20}``;
-    empty when the child failed or oneDNN printed nothing. (``ONEDNN_VERBOSE=1``, which prints
-    every execution, made OpenVINO 2026.4.1 fail to run a convolution in 3 of 4 runs on the AMD
-    EPYC host of 2026-12-02, "could not execute a primitive".)"""
+    empty when the child failed or oneDNN printed nothing. (Not ``ONEDNN_VERBOSE=1``, which
+    prints every execution and can make OpenVINO fail to run a convolution, "could not execute a
+    primitive".)"""
     require_openvino()
     env = {**os.environ, "ONEDNN_VERBOSE": "profile_create"}
     done = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, os.fspath(Path(path)), str(int(threads))],

@@ -1,16 +1,39 @@
-"""``report.md`` and the latency chart that ``quantfuse bench`` writes into the work dir."""
+"""A :class:`~relay_ext.latency.result.BenchResult` for people: the text ``quantfuse bench``
+prints (:func:`text_report`), and the ``report.md`` and latency chart it writes into the work dir
+(:func:`write_report`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Dict
 
+from relay_ext.latency.result import BenchResult
+from relay_ext.peers.onnx_runtime import ONNX_RUNTIME
+from relay_ext.report.tables import markdown_table, text_table
 from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
-from relay_ext.bench.run import ONNX_RUNTIME, BenchResult
-from relay_ext.report.tables import markdown_table
 
 
 COLORS = ["#2a7", "#999", "#d63", "#36c", "#a5c", "#c93", "#5aa"]
+
+
+def text_report(result: BenchResult) -> str:
+    """What ``quantfuse bench`` prints: what was timed, the output checks, the peers' lines, the
+    per-task choices, the table, the fastest peer and any warning that the machine was busy."""
+    lines = [
+        f"{result.model} {'x'.join(map(str, result.input_shape))} on {result.target}, "
+        f"{result.threads} threads, median of {result.repeats} repeats x {result.number} runs",
+        f"{result.main} vs {result.reference}: max {result.max_steps:.2f} output quantization "
+        f"steps apart (mean {result.mean_steps:.3f}, {100 * result.fraction_equal:.1f}% equal); "
+        f"untuned: {result.untuned_max_steps:.2f}",
+        *result.runtime_lines(), *result.peer_lines(), *result.default_lines(),
+        "",
+        text_table(result.header, result.rows()),
+    ]
+    if result.summary_line():
+        lines += ["", result.summary_line()]
+    if result.busy_warning:
+        lines += ["", result.busy_warning]
+    return "\n".join(lines)
 
 
 def write_chart(result: BenchResult, path: Path) -> Path:

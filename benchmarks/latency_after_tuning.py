@@ -1,6 +1,6 @@
 """Model latency reached after M minutes of tuning: MetaSchedule's default search vs quantfuse's.
 
-    python -m benchmarks.search_sizing [--model resnet18] [--image-size 224]
+    python -m benchmarks.latency_after_tuning [--model resnet18] [--image-size 224]
         [--target host] [--minutes 1,5,15,60] [--settings tvm,sized] [--seed 0]
         [--keep-checkpoints DIR]
 
@@ -8,16 +8,18 @@ For each search setting (relay_ext/tuning/strategy.py: ``tvm`` is MetaSchedule 0
 EvolutionarySearch defaults, ``sized`` the CLI's default) one tune runs with a time budget of the
 largest checkpoint (``tune(..., max_minutes=...)``, start-up included, as ``quantfuse tune
 --minutes`` does). When a checkpoint's time passes, the database files are copied aside; afterwards
-each copy is compiled and the model's latency measured (TVM's time_evaluator, median of
+each copy is compiled (:func:`relay_ext.compile`: each task its fastest record, a task without
+one its rule design, nothing timed per task) and the model's latency measured (TVM's
+time_evaluator, median of
 ``--repeats`` rounds of ``--number`` runs). The table (latency reached, trials measured, seconds of
 wall time per measured trial) goes to docs/BENCHMARKS.md, its rows to
-benchmarks/results/search_sizing.json (one row per model, target, setting and budget). With
+benchmarks/results/latency_after_tuning.json (one row per model, target, setting and budget). With
 ``--keep-checkpoints DIR`` the copies stay in ``DIR/<setting>/<M>min`` (each a work dir that
 ``quantfuse bench --work-dir`` reads: the state of a tune of M minutes).
 
-The issue's table is ResNet-18 224 at 1, 5, 15 and 60 minutes on 2 cores: about 2 x 81 minutes
-of tuning plus the compiles. Run it on a quiet machine; numbers taken while other processes
-compete for the CPU say little.
+The table in docs/BENCHMARKS.md is ResNet-18 224 at 1, 5, 15 and 60 minutes on 2 cores: about
+2 x 81 minutes of tuning plus the compiles. Run it on a quiet machine; numbers taken while other
+processes compete for the CPU say little.
 """
 
 from __future__ import annotations
@@ -37,16 +39,15 @@ from benchmarks.markdown_report import (
     utc_now,
     write_section,
 )
-from relay_ext import models
+import relay_ext
 from relay_ext.lowering.targets import normalize_target
-from relay_ext.tuning import compile_model, tune
 from relay_ext.tuning.progress import ProgressSnapshot
 from relay_ext.tuning.strategy import SETTINGS, evolutionary_search
 from relay_ext.measure.timing import tvm_timer, with_tvm_threads
 from relay_ext.workdir.files import RECORD_FILE, WORKLOAD_FILE
 
-RESULTS = Path(__file__).resolve().parent / "results" / "search_sizing.json"
-SECTION = "search_sizing"
+RESULTS = Path(__file__).resolve().parent / "results" / "latency_after_tuning.json"
+SECTION = "latency_after_tuning"
 
 
 class Checkpoints:
@@ -76,16 +77,16 @@ class Checkpoints:
 
 def latency_ms(loaded, database_dir: Path, target: str, repeats: int, number: int,
                threads: int) -> float:
-    """The model compiled with the best record of each task in ``database_dir`` (no never-slower
-    rule: this measures what the search found), median ms of ``repeats`` rounds on ``threads``
+    """The model compiled with the best record of each task in ``database_dir`` (no per-task
+    timing: this measures what the search found), median ms of ``repeats`` rounds on ``threads``
     threads of TVM's pool (left alone, a 2-CPU machine's pool has one)."""
     from tvm import meta_schedule as ms
 
-    from meta_rules.generic.tensor_intrinsics import register_database_intrinsics
+    from meta_rules.database_intrinsics import register_database_intrinsics
 
     register_database_intrinsics(target, database_dir)  # before TVM replays records naming them
     database = ms.database.JSONDatabase(work_dir=str(database_dir))
-    lib = compile_model(database, loaded.mod, loaded.params, target, "ours")
+    lib = relay_ext.compile(loaded, target=target, records=database, choose_per_task=False).lib
 
     def timed() -> float:
         _, one_round = tvm_timer(lib, loaded.inputs, number)
@@ -115,13 +116,14 @@ def remeasure(loaded, keep: Path, args) -> None:
 def run_setting(loaded, target: str, setting: str, minutes: List[float], seed: int,
                 repeats: int, number: int, threads: int,
                 keep: Optional[Path] = None) -> List[Dict]:
-    with tempfile.TemporaryDirectory(prefix=f"search-sizing-{setting}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"latency-after-tuning-{setting}-") as tmp:
         work_dir = Path(tmp) / "work"
         copies = keep / setting if keep is not None else Path(tmp) / "checkpoints"
         started = time.monotonic()
         checkpoints = Checkpoints(work_dir, copies, minutes, started)
-        tune(loaded.mod, loaded.params, target, work_dir, max_minutes=max(minutes),
-             strategy=evolutionary_search(SETTINGS[setting]), seed=seed, progress=checkpoints)
+        relay_ext.tune(loaded.mod, loaded.params, target, work_dir, max_minutes=max(minutes),
+                       strategy=evolutionary_search(SETTINGS[setting]), seed=seed,
+                       progress=checkpoints)
         wall = time.monotonic() - started
         if checkpoints.left:  # the tune ended before the last checkpoint: take the end state
             from tvm import meta_schedule as ms
@@ -167,7 +169,7 @@ def main() -> None:
     if args.threads is None:
         args.threads = int(target.attrs.get("num-cores", 1))
     minutes = [float(m) for m in args.minutes.split(",")]
-    loaded = models.load(args.model, image_size=args.image_size)
+    loaded = relay_ext.load_model(args.model, image_size=args.image_size)
     for setting in ([] if args.remeasure else args.settings.split(",")):
         for row in run_setting(loaded, args.target, setting, minutes, args.seed, args.repeats,
                                args.number, args.threads, args.keep_checkpoints):
@@ -189,11 +191,11 @@ def main() -> None:
     write_section(SECTION, "Tuning time: latency reached after M minutes, by search setting",
                   "`tvm`: MetaSchedule 0.19's EvolutionarySearch defaults (population 512, 4 "
                   "generations); `sized`: quantfuse tune's default (relay_ext/tuning/"
-                  "search_sizing.py); both run inside quantfuse's tune (recorded candidates "
+                  "strategy.py); both run inside quantfuse's tune (recorded candidates "
                   "skipped, exhausted tasks ended, a new task's first batch drawn at random under "
                   "a time budget). One tune per setting with a time budget of the largest "
                   "M (start-up included); its database is copied at the first batch after each M "
-                  "and compiled afterwards with each task's best record (no never-slower rule: this "
+                  "and compiled afterwards with each task's best record (no per-task timing: this "
                   "measures what the search found), timed with TVM's pool at `--threads` threads. "
                   "s / trial: wall time per measured trial up to that "
                   "copy (- where nothing was measured: the latency is then that of TVM's default "
