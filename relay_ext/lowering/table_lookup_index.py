@@ -1,4 +1,4 @@
-"""QNN table lookups indexed in int32, not in the input's uint8 (issue 32).
+"""QNN table lookups indexed in int32, not in the input's uint8.
 
 TVM 0.19 legalizes ``qnn.sigmoid``, ``qnn.hardswish``, ``qnn.tanh`` and the other unary QNN ops to
 a 256-entry table lookup, ``take(table, reinterpret(x, "uint8"), mode="fast")``: the TIR reads

@@ -6,10 +6,10 @@ the never-slower rule's default) uses it on every target with SSE4.2 but no VNNI
 AVX-512 without VNNI), and so does MetaSchedule's AVX-512 dot product (``dot_16x4_avx512``). Two
 products of a full-range activation (up to 255) with two weights whose magnitudes add up to more
 than 128 leave the 16-bit range: a single ``qnn.conv2d`` of random uint8 data and int8 weights,
-built for ``llvm -mcpu=core-avx2``, had 94% of its outputs wrong, by up to 56805 (2026-12-02).
-Models quantized for PyTorch's fbgemm engine avoid it by calibrating activations to 7 bits
+built for ``llvm -mcpu=core-avx2``, gets most of its outputs wrong by thousands of steps
+(docs/BENCHMARKS.md). Models quantized for PyTorch's fbgemm engine avoid it by calibrating activations to 7 bits
 (``reduce_range``); PT2E programs from ``X86InductorQuantizer`` and ONNX Runtime's QDQ models use
-all 8, and their untuned TVM builds were 15-26 output steps from the programs on AVX2 (issue 32).
+all 8, and their untuned TVM builds on AVX2 would be many output steps from the programs.
 
 Where this can happen, :func:`install` splits the weights in two halves that cannot saturate,
 ``w = (w >> 1) + (w - (w >> 1))`` (both in [-64, 64]), and makes them one convolution over twice

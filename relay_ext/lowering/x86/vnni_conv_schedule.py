@@ -10,7 +10,7 @@ product is ``vpmaddubsw`` + ``vpmaddwd`` + ``vpaddd`` and only the ``vpaddd`` ch
 (latency 1; LLVM reassociates it). With VNNI it is one ``vpdpbusd`` that reads and writes the
 accumulator, so the reduction becomes a chain of instructions with a latency of several cycles
 each, issued one after the other: TVM's untuned VNNI build is slower than its AVX-512 build
-(issue 18; docs/vnni.md has the measurements).
+(docs/vnni.md has the measurements).
 
 :func:`schedule_conv_NCHWc_int8_vnni` keeps TOPI's loop order and tensor intrinsic and computes
 the conv for a block of ``reg_n`` output columns at a time (``compute_at`` the consumer's
