@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
 # The target of the shared tuned work dir: AVX2 + FMA, which every machine this project runs on
@@ -38,7 +40,7 @@ SLOW_FILES_FIRST = [
     "test_cli_torchscript_model_file.py",  # ~140 s: FX-quantized net, fusion + tune + bench
     "test_cli_pt2e_model_files.py",  # PT2E: 2 nets fusion + tune + bench, a fusion comparison (~410 s, 2 shared cores at load ~5)
     "test_pt2e_classic_cnns.py",  # seven PT2E families: export and import (slow; the rest: make test-families)
-    "test_tuning.py",  # ~110 s: builds the shared tuned work dir, tunes two more variants
+    "test_search.py",  # ~110 s: builds the shared tuned work dir, tunes two more variants
     "test_tune_resume.py",  # ~115 s
     "test_cli_onnx_model_files.py",  # ~110 s
     "test_cli_demo.py",  # ~100 s: the demo in a child process
@@ -47,13 +49,13 @@ SLOW_FILES_FIRST = [
     "test_models.py",  # ~60 s
     "test_cli_bench.py",  # ~50 s (+ bench --json under the never-slower rule)
     "test_deploy.py",  # ~55 s at load 10: an untuned export, an RPC tracker, a C++ build
-    "test_never_slower.py",  # ~30 s quiet (81 s on the shared host, load 10): extraction, builds
-    "test_tuning_time.py",  # two CLI tunes of tiny_resnet under --minutes, one small tune
+    "test_task_choice.py",  # ~30 s quiet (81 s on the shared host, load 10): extraction, builds
+    "test_budget.py",  # two CLI tunes of tiny_resnet under --minutes, one small tune
     "test_vnni_conv_schedule.py",  # ~40 s on a busy 2-core host: a child process builds 4 convs
     "test_cli_rpc.py",  # ~30 s
     # fault tests: a tune in a child process, a tune under a file size limit
     "test_work_dir_lock.py",  # ~80 s on 2 busy cores
-    "test_record_write_errors.py",  # ~65 s on 2 busy cores
+    "test_record_writes.py",  # ~65 s on 2 busy cores
 ]
 
 
@@ -64,37 +66,37 @@ SLOW_FILES_FIRST = [
 SLOW_TESTS = [
     # a tune of tiny_resnet, and the no-search build of a model per target against TVM's
     # default build (4.5 min for the three on 2 busy cores)
-    ("test_no_search.py", "test_tune_measures_each_tasks_no_search_schedule_first"),
-    ("test_no_search.py", "test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does"),
+    ("test_rule_designs.py", "test_tune_measures_each_tasks_no_search_schedule_first"),
+    ("test_rule_designs.py", "test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does"),
     ("test_cli_torchscript_model_file.py", "test_fx_quantized_file_through_fusion_tune_and_bench"),  # 269 s
     ("test_cli_pt2e_model_files.py", "test_fusion_tune_and_bench"),  # 213 s + 86 s
     ("test_cli_pt2e_model_files.py", "test_fusion_report_matches_the_torchscript_import"),
     # seven classic CNN families as PT2E programs, fusion on the A100 + tune + bench each
     # (the seven exports + imports take over 500 s on 2 busy cores)
     ("test_pt2e_classic_cnns.py", "test_import_makes_every_conv_and_linear_integer"),
-    ("test_tuning.py", "test_tuned_model_matches_pytorch"),  # the `tuned` fixture: 2 more tunes, 280 s
-    ("test_tuning.py", "test_every_tuned_workload_is_found_at_compile_time"),
-    ("test_tuning.py", "test_a_converter_mismatch_loses_the_tuned_records"),
-    ("test_tuning.py", "test_records_and_summary"),
+    ("test_search.py", "test_tuned_model_matches_pytorch"),  # the `tuned` fixture: 2 more tunes, 280 s
+    ("test_search.py", "test_every_tuned_workload_is_found_at_compile_time"),
+    ("test_search.py", "test_a_converter_mismatch_loses_the_tuned_records"),
+    ("test_search.py", "test_records_and_summary"),
     ("test_cli_demo.py", "test_demo_on_an_avx2_host_runs_the_whole_job_and_keeps_tvm_logs_out_of_stderr"),  # 134 s
     ("test_tune_resume.py", "test_resume_measures_new_candidates_and_least_tuned_tasks_first"),  # 117 s
     ("test_tune_resume.py", "test_ctrl_c_keeps_a_loadable_database_that_the_same_command_resumes"),  # 101 s
     ("test_docs.py", "test_readme_python_block_runs_as_written"),  # 116 s; 197 s at load 10 with export + load
     ("test_vnni_intrinsics.py", "test_tuned_int8_model_tensorizes_with_vnni_and_matches_pytorch"),  # 96 s
     ("test_cli_onnx_model_files.py", "test_fusion_tune_and_bench"),  # 85 s + 54 s
-    ("test_tuning_time.py", "test_minutes_stops_cleanly_exits_0_and_the_same_command_resumes"),  # 77 s
-    ("test_tuning_time.py", "test_an_exhausted_task_ends_and_its_trials_go_to_the_other_task"),
+    ("test_budget.py", "test_minutes_stops_cleanly_exits_0_and_the_same_command_resumes"),  # 77 s
+    ("test_budget.py", "test_an_exhausted_task_ends_and_its_trials_go_to_the_other_task"),
     ("test_models.py", "test_untuned_tvm_matches_torch_within_measured_steps", "resnet18"),  # 50 s
     ("test_cli_rpc.py", "test_tune_through_rpc_tracker_records_real_run_times"),
     ("test_cli_rpc.py", "test_a_tune_whose_only_server_dies_stops_with_one_line_keeping_its_records"),
     ("test_cli_rpc.py", "test_two_ctrl_c_end_a_tune_stuck_on_a_dead_server_keeping_its_records"),
     ("test_work_dir_lock.py", "test_a_second_tune_is_refused_while_the_first_finishes_with_its_database_whole"),
-    ("test_record_write_errors.py", "test_a_failed_record_write_stops_the_tune_with_one_line_and_keeps_the_database_whole"),
+    ("test_record_writes.py", "test_a_failed_record_write_stops_the_tune_with_one_line_and_keeps_the_database_whole"),
     ("test_cli_bench.py", "test_bench_json_is_one_object_and_never_slower_than_the_default"),  # ~100 s
     # two benches of a tuned work dir and an export: 133 s with the shared tune, load 3
     ("test_bench_no_search.py", "test_a_second_bench_of_a_work_dir_times_no_task_again"),
-    ("test_never_slower.py", "test_a_record_slower_than_the_default_is_dropped"),
-    ("test_never_slower.py", "test_the_model_compiled_under_the_rule_is_the_default_build"),
+    ("test_task_choice.py", "test_a_record_slower_than_the_default_is_dropped"),
+    ("test_task_choice.py", "test_the_model_compiled_under_the_rule_is_the_default_build"),
     ("test_vnni_conv_schedule.py", "test_vnni_conv_has_independent_accumulators_and_exact_outputs"),
     # 124 s at load 10 (73 s quiet): the never-slower export, bench's same build and relay_ext.compile's
     ("test_deploy.py", "test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone"),

@@ -59,7 +59,7 @@ def fusion_tune_and_bench(model_args, reference: str, work_dir, capsys, monkeypa
     assert re.search(rf"{trials} records in .*tasks have a valid measurement", out), out
 
     # --keep-slower-records: the per-task choice's second build of each task is tested in
-    # test_cli_bench.py and test_never_slower.py, not needed here; --no-peers: OpenVINO and
+    # test_cli_bench.py and test_task_choice.py, not needed here; --no-peers: OpenVINO and
     # Inductor (a compile of the model) are tested in test_bench_peers.py
     assert cli.main(["bench", *model_args, "--work-dir", str(work_dir), "--repeats", "2",
                      "--number", "2", "--threads", "1", "--keep-slower-records",

@@ -23,10 +23,9 @@ from relay_ext.workdir.files import (
     repair_database,
     tuning_lock,
 )
-from conftest import needs_c_compiler
+from conftest import ROOT, needs_c_compiler
 from helpers import one_error_line, small_database
 
-ROOT = Path(__file__).resolve().parents[1]
 LLVM = "llvm -num-cores 1"
 TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 

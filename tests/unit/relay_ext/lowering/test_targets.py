@@ -9,15 +9,7 @@ from relay_ext import cli
 from relay_ext.cli.inputs import warn_if_generic_llvm
 from relay_ext.lowering import targets
 from helpers import one_error_line
-
-# Flag sets as /proc/cpuinfo spells them. AMD_AVX2_VM is a 2-core AMD EPYC virtual machine whose
-# kernel exposes AVX2 but no AVX-512 (LLVM still names its CPU znver4).
-BASE = ("fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt pclmulqdq aes movbe xsave avx f16c abm "
-        "bmi1 bmi2 adx sha_ni rdrand rdseed").split()
-AMD_AVX2_VM = frozenset(BASE + ["avx2", "fma", "vaes", "vpclmulqdq", "clzero"])
-SKYLAKE_SERVER = frozenset(BASE + "avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl".split())
-VNNI_SERVER = SKYLAKE_SERVER | {"avx512_vnni"}
-SSE_ONLY = frozenset("fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt".split())
+from host_flags import AMD_AVX2_VM, BASE, SKYLAKE_SERVER, SSE_ONLY, VNNI_SERVER
 
 
 @pytest.mark.parametrize("flags, mcpu", [

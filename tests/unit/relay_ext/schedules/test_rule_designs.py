@@ -21,7 +21,7 @@ from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_desig
                                               register_caps, rule_design_records, task_design,
                                               tile_decisions)
 from conftest import AVX2
-from test_amx_conv import AMX, conv_module, reference
+from amx_reference import AMX, conv_module, reference
 
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 

@@ -12,7 +12,7 @@ from tvm.target import codegen
 from relay_ext import cli
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import amx, amx_permission
-from test_targets import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
+from host_flags import AMD_AVX2_VM, SKYLAKE_SERVER, VNNI_SERVER
 
 # An Intel Sapphire Rapids class host whose OS enables AMX.
 AMX_SERVER = VNNI_SERVER | {"avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16"}

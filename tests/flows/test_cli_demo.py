@@ -5,12 +5,11 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
-from test_targets import AMD_AVX2_VM
+from host_flags import AMD_AVX2_VM
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TVM_LOG_LINE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+\.cc:\d+")
 
 

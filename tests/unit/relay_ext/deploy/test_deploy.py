@@ -22,10 +22,9 @@ from relay_ext.lowering import targets
 from relay_ext.report.accuracy import quantization_step_error
 from relay_ext.measure.run import run_module
 from relay_ext.workdir.files import open_tuned_database
-from conftest import AVX2, TINY_32, TUNED_TRIALS
+from conftest import ROOT, AVX2, TINY_32, TUNED_TRIALS
 from helpers import one_error_line
 
-ROOT = Path(__file__).resolve().parents[1]
 MAX_STEPS = 3
 
 # What a deploy machine runs: TVM's runtime library alone, numpy, json; nothing of quantfuse
@@ -254,7 +253,7 @@ def test_export_refuses_a_target_this_wheel_cannot_build_or_this_host_cannot_run
     line = one_error_line(capsys, "must be llvm", "'cuda'")
     if tvm.get_global_func("target.build.cuda", allow_missing=True) is None:
         assert "cannot compile for cuda" in line
-    from test_targets import AMD_AVX2_VM
+    from host_flags import AMD_AVX2_VM
 
     monkeypatch.setattr(targets, "host_cpu_flags", lambda: AMD_AVX2_VM)
     assert cli.main(["export", *TINY_32, "--target", "llvm -mcpu=cascadelake", *out]) == 2
@@ -266,7 +265,7 @@ def test_export_refuses_a_target_this_wheel_cannot_build_or_this_host_cannot_run
 
 
 def test_run_on_an_rpc_server_uploads_runs_and_downloads(untuned, tiny32, tmp_path, capsys):
-    from test_cli_rpc import _start_rpc, _stop_rpc
+    from rpc_servers import _start_rpc, _stop_rpc
 
     library, _ = untuned
     np.save(tmp_path / "x.npy", tiny32.example_input)

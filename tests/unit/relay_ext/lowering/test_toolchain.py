@@ -3,7 +3,6 @@ links every candidate a tune measures here with it."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,11 +11,10 @@ from relay_ext.lowering.targets import missing_features
 from relay_ext.lowering.toolchain import MissingCCompiler, c_compiler_problem, require_c_compiler
 from relay_ext.tuning import search
 from relay_ext.tuning.search import tune
-from conftest import AVX2, needs_c_compiler
+from conftest import ROOT, AVX2, needs_c_compiler
 from helpers import one_error_line
 
 LLVM = "llvm -num-cores 2"
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny_resnet", "--image-size", "16"]
 
 
