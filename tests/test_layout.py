@@ -1,7 +1,7 @@
-"""The package layout follows the data path: no module imports a later step, and no cycles.
+"""The package layout follows the data path: no module imports a later step, no cycles, no module
+over 400 lines, and docs/architecture.md names every module.
 
-Layers, lowest first: meta_rules -> relay_ext.frontend -> relay_ext.lowering -> relay_ext.tuning
--> relay_ext.report -> relay_ext.deploy -> relay_ext.cli. A module may import its own layer and the layers below it
+Layers, lowest first: :data:`LAYERS`. A module may import its own layer and the layers below it
 (module-level and function-level imports alike); ``relay_ext/__init__`` only wires the public names.
 """
 
@@ -52,6 +52,29 @@ def _library_modules() -> Dict[str, Path]:
 
 
 MODULES = _library_modules()
+MAX_MODULE_LINES = 400
+
+
+def _source_files():
+    return sorted(p for p in [*ROOT.glob("meta_rules/**/*.py"), *ROOT.glob("relay_ext/**/*.py"),
+                              *ROOT.glob("benchmarks/*.py")] if p.name != "__init__.py")
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _source_files()
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these by role: {long}"
+
+
+def test_architecture_doc_names_every_module_and_no_other():
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:relay_ext|meta_rules|benchmarks)/[\w/]+\.py)`", text))
+    modules = {str(p.relative_to(ROOT)) for p in _source_files()}
+    assert not modules - named, f"docs/architecture.md does not name {sorted(modules - named)}"
+    assert not named - modules - {"meta_rules/__init__.py"}, \
+        f"docs/architecture.md names modules that do not exist: {sorted(named - modules)}"
 
 
 def _known(name: str) -> str:
