@@ -35,7 +35,7 @@ from meta_rules.base.tvm_errors import tvm_error_message
 from relay_ext.frontend.models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 # integer_ops, check_integer_compute: the QNN passes shared with the PT2E import; op_counts and
-# FLOAT_COMPUTE_OPS stay importable from here, as before they moved.
+# FLOAT_COMPUTE_OPS are importable from here too.
 from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, check_integer_compute, integer_ops, op_counts  # noqa: F401
 from relay_ext.frontend.optional_deps import require_onnx, require_onnxruntime
 

@@ -57,12 +57,13 @@ _NUMPY_FOLDS = {"multiply": np.multiply, "divide": np.divide, "add": np.add, "su
 def numpy_constant_folding() -> Iterator[None]:
     """FakeQuantizationToInteger's handlers fold their constant expressions (a conv's scale
     product, zero points of zeros, each seven times per conv) with ``FoldConstantExpr``, which
-    compiles each with LLVM (and ``infer_shape`` type-checks a module per call): 19 of the 21 s of the import of a 61-conv EfficientNet-B0 (2 shared
-    cores, 2026-12-02). Within this block the handlers' ``fold_constant`` computes constants,
-    products, quotients, sums, differences, ``zeros_like``, ``cast``, ``broadcast_to`` and
-    ``reshape`` of constants with numpy (IEEE arithmetic in the same dtype: the same values), and
-    ``infer_shape`` of such a constant from its array; anything else goes to TVM as before.
-    The module it makes is structurally equal to the one without it (tests/test_qnn_passes.py)."""
+    compiles each with LLVM (and ``infer_shape`` type-checks a module per call): most of the
+    import of a model with many convs (docs/BENCHMARKS.md). Within this block the handlers'
+    ``fold_constant`` computes constants, products, quotients, sums, differences,
+    ``zeros_like``, ``cast``, ``broadcast_to`` and ``reshape`` of constants with numpy (IEEE
+    arithmetic in the same dtype: the same values), and ``infer_shape`` of such a constant from
+    its array; anything else goes to TVM as it would without the block. The module it makes is
+    structurally equal to the one without it (tests/unit/relay_ext/frontend/test_qnn_passes.py)."""
     from tvm.relay.transform import fake_quantization_to_integer as fq2i
 
     original_fold, original_shape = fq2i.fold_constant, fq2i.infer_shape

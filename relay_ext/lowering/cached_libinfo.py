@@ -3,10 +3,10 @@
 Relay's TE compiler converts the shape of every operator it lowers with
 ``tvm.relay.backend.te_compiler.get_shape``, which asks ``tvm.support.libinfo()`` for every
 dimension whether TVM was built with 64-bit default indices. ``libinfo()`` builds a new dict of
-TVM's ~200 compile-time settings through the FFI each time (about 7 ms here), so a Relay build of
-the 16x16 EfficientNet-style test net called it 3,206 times and spent 22.5 of its 58 s there
-(``cProfile``, 2026-12-01). The settings are fixed when TVM is compiled, so :func:`install` gives
-the TE compiler a ``libinfo`` that reads them once and hands out copies.
+TVM's ~200 compile-time settings through the FFI each time, and a Relay build calls it thousands
+of times: a large share of a small model's build (docs/BENCHMARKS.md). The settings are fixed
+when TVM is compiled, so :func:`install` gives the TE compiler a ``libinfo`` that reads them
+once and hands out copies.
 
     install()   # idempotent; relay_ext.lowering.relay_build calls it before anything extracts or builds
 """

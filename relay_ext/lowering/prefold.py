@@ -8,9 +8,9 @@ Why: Relay's ``FoldConstant`` evaluates every call whose arguments are constants
 interpreter, which lowers and compiles each one with LLVM (``intrp_fused_*``). A QNN model's
 weights are float parameters behind ``qnn.quantize`` (``divide``, ``round``, ``add``, ``clip``,
 ``cast`` once canonicalized), with per-channel scales (``expand_dims``) and, after
-``AlterOpLayout``, weight layouts (``layout_transform``): ResNet-50 at 224 made 1028 such
-compilations in one no-search build, and its task extraction took 71 of its 73 s in them (AMD
-EPYC 2-core VM, 2026-12-02); each whole-model build pays the same again.
+``AlterOpLayout``, weight layouts (``layout_transform``): a ResNet-50 makes about a thousand such
+compilations, most of its task extraction, and each whole-model build pays the same again
+(docs/BENCHMARKS.md).
 
 What it does: the passes that Relay's build runs before and around its two ``FoldConstant``
 (TVM 0.19's ``GetPassPrefix``: QNN legalization and canonicalization, ``Legalize``,
@@ -22,7 +22,7 @@ runs its own pipeline on the result: those passes find their work done (no QNN o
 :data:`NUMPY_OPS`). The numpy arithmetic is the one TVM's LLVM kernels do, in the same dtype
 (IEEE float32 division, ``round`` half away from zero as ``llvm.round``, integer wraparound,
 truncating casts), so the folded constants are bit-identical and the tasks extracted from the
-folded module are the same workloads (tests/test_prefold.py checks both).
+folded module are the same workloads (tests/unit/relay_ext/lowering/test_prefold.py checks both).
 """
 
 from __future__ import annotations

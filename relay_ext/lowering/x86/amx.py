@@ -7,8 +7,8 @@ Two things must hold before a process may execute AMX tile instructions:
 2. the process asked the kernel for the tile data state (Linux 5.16+): the AMX register file is
    8 KiB per thread, so the kernel grants it per process on request,
    ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``. A process that executes ``ldtilecfg``
-   without it dies with SIGILL (measured 2026-12-01: a TOPI dense built for
-   ``-mcpu=sapphirerapids``, exit 132).
+   without it dies with SIGILL (a TOPI dense built for ``-mcpu=sapphirerapids`` exits with
+   132).
 
     amx.request_amx_tile_data()              # True when the kernel granted it to this process
     amx_permission.amx_tile_data_granted()   # True when this process already holds it (asks nothing)
