@@ -11,7 +11,7 @@ written by hand in TIR with AMX tile intrinsics (``llvm.x86.tdpbusd`` and friend
 same run and at the same threads as
 
 - TVM's code for that layer: int8 ResNet-18's own task (NCHW16c, padding, conv, requantize and
-  whatever Relay fused into it), timed alone as the never-slower rule times it, with TOPI's
+  whatever Relay fused into it), timed alone as the per-task choice times it, with TOPI's
   default schedule for the host target (VNNI, with quantfuse's VNNI conv schedule) and, with
   ``--work-dir`` (a ResNet-18 work dir tuned for that target), with the task's best record. The
   target is the host's without AMX (``-mcpu=cascadelake`` on an AMX host): TVM's own VNNI code.
@@ -351,7 +351,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"`python -m benchmarks.amx_conv_probe{work_dir} --threads {args.threads}`, "
         f"host flags {', '.join(shown)}, {args.threads} threads. "
         "TVM: the model's own task of that layer (NCHW16c, padding, conv, requantize and what "
-        "Relay fused), timed alone as the never-slower rule times it: TOPI's default schedule "
+        "Relay fused), timed alone as the per-task choice times it: TOPI's default schedule "
         "(`-mcpu=cascadelake` without AMX: VNNI) and, with a work dir tuned for that target, "
         "the task's best record. AMX "
         "probe: benchmarks/amx_conv_probe.py's kernel (tdpbusd tiles, 64 input channels deep; "

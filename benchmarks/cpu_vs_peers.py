@@ -171,7 +171,7 @@ def model_table(result: Dict) -> str:
         + (f"; {checks}" if checks else "") + ". "
         + (f"Fastest peer: {fastest['configuration']}, TVM tuned "
            f"{fastest['tvm_tuned_ratio']:.2f}x its time. " if fastest else "")
-        + f"Never-slower rule: {len(used)} of {len(defaults)} tasks compiled with TVM's "
+        + f"Per-task choice: {len(used)} of {len(defaults)} tasks compiled with TVM's "
         f"default schedule"
         + (f", {sum(t.get('choice') == 'no-search' for t in defaults)} with their no-search "
            "schedule (no tuned record, or one slower here)" if any("choice" in t for t in defaults)

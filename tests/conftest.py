@@ -47,7 +47,7 @@ SLOW_FILES_FIRST = [
     "test_vnni_intrinsics.py",  # ~90 s: child processes
     "test_cli.py",  # ~70 s
     "test_models.py",  # ~60 s
-    "test_cli_bench.py",  # ~50 s (+ bench --json under the never-slower rule)
+    "test_cli_bench.py",  # ~50 s (+ bench --json under the per-task choice)
     "test_deploy.py",  # ~55 s at load 10: an untuned export, an RPC tracker, a C++ build
     "test_task_choice.py",  # ~30 s quiet (81 s on the shared host, load 10): extraction, builds
     "test_budget.py",  # two CLI tunes of tiny_resnet under --minutes, one small tune
@@ -98,7 +98,7 @@ SLOW_TESTS = [
     ("test_task_choice.py", "test_a_record_slower_than_the_default_is_dropped"),
     ("test_task_choice.py", "test_the_model_compiled_under_the_rule_is_the_default_build"),
     ("test_vnni_conv_schedule.py", "test_vnni_conv_has_independent_accumulators_and_exact_outputs"),
-    # 124 s at load 10 (73 s quiet): the never-slower export, bench's same build and relay_ext.compile's
+    # 124 s at load 10 (73 s quiet): the tuned export, bench's same build and relay_ext.compile's
     ("test_deploy.py", "test_tuned_export_is_benchs_tuned_build_run_by_tvms_runtime_alone"),
     # ORT-quantized EfficientNet-style QDQ net, A100 fusion 52 s + 64 s, host tune and
     # compile 146 s (2 busy cores)

@@ -59,7 +59,7 @@ def cmd_export(args) -> int:
     else:
         built = f"tuned build, {records['count']} records (sha256 {records['digest'][:12]})"
         if manifest["never_slower"]:
-            built += (f", never-slower rule timed with {manifest['threads']} threads: "
+            built += (f", per-task choice timed with {manifest['threads']} threads: "
                       f"{len(records['defaults'])} task(s) with TVM's default schedule")
     size_kib = result.library.stat().st_size / 1024
     print(f"{loaded.name} on {manifest['target']}: {built}")
@@ -110,7 +110,7 @@ def cmd_run(args) -> int:
 
 def _threads_for(manifest: dict) -> int:
     """Threads TVM's pool gets here: ``TVM_NUM_THREADS`` when set, else those the export's
-    never-slower rule timed with (at most this machine's CPUs), else every CPU (bench's
+    per-task choice timed with (at most this machine's CPUs), else every CPU (bench's
     default)."""
     if os.environ.get("TVM_NUM_THREADS"):
         return int(os.environ["TVM_NUM_THREADS"])

@@ -93,7 +93,7 @@ COMMANDS = {
               "report.md and latency.png into the work dir (none without one)."),
     "export": ("write what bench timed as model.so + model.json (TVM runtime only)",
                "Build the model exactly as 'quantfuse bench' builds its tuned row (the work dir's "
-               "records under the never-slower rule, timed with --threads threads; without "
+               "records under the per-task choice, timed with --threads threads; without "
                "--work-dir: TVM's untuned build) and write it with TVM's export_library as --out "
                "(a .so), with a .json beside it: inputs (name, shape, dtype), outputs (shape, "
                "dtype, scale, zero point), target, versions and the records used. Both files "
@@ -214,7 +214,7 @@ def add_deploy_commands(command, model) -> None:
     export.add_argument("--variant", default="ours", help="rule set it was tuned with "
                         "(default ours)")
     export.add_argument("--threads", type=positive_int, default=None,
-                        help="threads the never-slower rule times each task with, as bench "
+                        help="threads the per-task choice times each task with, as bench "
                              "(default: all CPUs)")
     export.add_argument("--keep-slower-records", action="store_true",
                         help="every task with its best record, as bench --keep-slower-records")

@@ -2,7 +2,7 @@
 
 Without VNNI, x86 multiplies uint8 by int8 with ``vpmaddubsw``: it adds each *pair* of adjacent
 products into a signed 16-bit lane and saturates there. TOPI's int8 conv2d (every untuned conv, and
-the never-slower rule's default) uses it on every target with SSE4.2 but no VNNI (AVX2 hosts,
+the per-task choice's default) uses it on every target with SSE4.2 but no VNNI (AVX2 hosts,
 AVX-512 without VNNI), and so does MetaSchedule's AVX-512 dot product (``dot_16x4_avx512``). Two
 products of a full-range activation (up to 255) with two weights whose magnitudes add up to more
 than 128 leave the 16-bit range: a single ``qnn.conv2d`` of random uint8 data and int8 weights,

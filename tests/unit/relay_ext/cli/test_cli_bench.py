@@ -68,7 +68,7 @@ def test_bench_on_a_busy_machine_warns_in_the_table_and_the_report(tiny_tuned, c
 
 
 def test_bench_json_is_one_object_and_never_slower_than_the_default(tiny_tuned, capsys):
-    """--json: stdout is one JSON object (docs/bench.md); the never-slower rule compared
+    """--json: stdout is one JSON object (docs/bench.md); the per-task choice compared
     every task that has a record (tiny_resnet's 10, all measured) with TVM's default schedule,
     and report.md says what it chose."""
     work_dir, _ = tiny_tuned
