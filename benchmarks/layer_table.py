@@ -1,10 +1,11 @@
 """The per-layer table of benchmarks/where_time_goes.py: TVM's tasks against each peer's layers.
 
 A helper, not a script. Convolutions are matched by :data:`Signature` (input channels, output
-channels, kernel, stride, output height and width; a peer's channel counts padded as TVM's x86
-int8 convolutions pad them, :func:`tvm_channels`): a row sums every TVM task and every peer layer
-with that signature. The rest is "everything else" per side; a peer convolution whose signature
-no TVM task has is counted in a row of its own, never silently in another.
+channels, kernel, stride, output height and width; a peer's channel counts as TVM's x86 int8
+convolutions run them, :func:`tvm_channels`: padded, and on a target without VNNI over twice the
+input channels): a row sums every TVM task and every peer layer with that signature. The rest is
+"everything else" per side; a peer convolution whose signature no TVM task has is counted in a
+row of its own, never silently in another.
 
 A peer is ``{"name": ..., "rows": [{"signature": Signature | None, "ms": float, "kind": str}],
 "total": float}``: its per-layer times (the sum over its layers of one inference), what ran each
@@ -20,12 +21,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 Signature = Tuple[int, int, int, int, int, int]
 
 
-def tvm_channels(cin: int, cout: int, groups: int) -> Tuple[int, int]:
+def tvm_channels(cin: int, cout: int, groups: int, split: bool = False) -> Tuple[int, int]:
     """The channel counts TVM's x86 int8 convolution runs with: a non-grouped one has its input
     channels padded to a multiple of 4 and its output channels to a multiple of 16 (TOPI's
-    ``conv2d_alter_int8_common``), so ResNet's 3-channel stem is a 4-channel conv there."""
+    ``conv2d_alter_int8_common``), so ResNet's 3-channel stem is a 4-channel conv there.
+    ``split``: TVM runs the conv in its saturation-free form, one conv over the input read twice
+    (:mod:`relay_ext.lowering.x86.saturation_free_int8`), so its input channels are doubled
+    before the padding: the 3-channel stem is an 8-channel conv there."""
     if groups != 1:
         return cin, cout
+    cin *= 2 if split else 1
     return -(-cin // 4) * 4, -(-cout // 16) * 16
 
 

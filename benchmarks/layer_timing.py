@@ -1,7 +1,16 @@
 """Where an int8 model's time goes, per layer, on each side of benchmarks/where_time_goes.py: TVM's
 tasks (each timed alone, its record against TOPI's default schedule), PyTorch's leaf modules
 (forward hooks) and OpenVINO's executed nodes (its PERF_COUNT counters), each row with its
-convolution's signature, which benchmarks/layer_table.py matches across the sides."""
+convolution's signature, which benchmarks/layer_table.py matches across the sides.
+
+A peer's signature counts the channels as TVM's build for the same target runs the conv
+(:func:`splits_input`): on an x86 target without VNNI, TVM computes every non-grouped int8 conv
+over its input read twice (:mod:`relay_ext.lowering.x86.saturation_free_int8`), twice the input
+channels of the network's conv (and of the peers', which keep the network's). A conv TVM leaves
+whole there (constant weights too small to saturate ``vpmaddubsw``, rare with 8-bit weights; or
+weights with a nonzero zero point, which TVM splits into two convs of the network's channels
+instead) keeps the network's count on TVM's side and shows in the table's row of peer convs with
+no TVM task of their shape, not in another conv's row."""
 
 from __future__ import annotations
 
@@ -26,15 +35,33 @@ from relay_ext.frontend import models as frontend_models
 from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
                                                    quantize_eager, random_batches,
                                                    seeded_float_model)
+from relay_ext.lowering.x86.saturation_free_int8 import multiplies_with_pmaddubsw
 from relay_ext.schedules.task_choice import has_record, time_task
 
 logger = logging.getLogger(__name__)
 
 
+def splits_input(target: tvm.target.Target, groups: int) -> bool:
+    """Whether TVM's build for ``target`` runs a network's int8 conv of ``groups`` groups over
+    twice its input channels: a non-grouped conv on an llvm x86 target whose uint8 x int8
+    products go through ``vpmaddubsw`` (no VNNI), where
+    :mod:`relay_ext.lowering.x86.saturation_free_int8` splits its weights (see the module doc)."""
+    return groups == 1 and multiplies_with_pmaddubsw(target, "conv2d")
+
+
+def peer_signature(target: tvm.target.Target, cin: int, cout: int, groups: int, kernel: int,
+                   stride: int, height: int, width: int) -> Signature:
+    """A peer's conv (the network's channel counts) as TVM's build for ``target`` runs it:
+    channels padded, the input doubled where TVM splits the conv (:func:`splits_input`)."""
+    return (*tvm_channels(cin, cout, groups, splits_input(target, groups)), kernel, stride,
+            height, width)
+
+
 def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
     """The signature of the task's convolution, or None when it has none; its channel counts
     as :func:`tvm_channels` pads them, so that a host where TOPI does not pad them (no int8
-    layout) still matches the peers' padded ones."""
+    layout) still matches the peers' padded ones. (Where TVM split the conv, its input is
+    already the doubled one: :func:`peer_signature` doubles the peers'.)"""
     (_, func), = task.mod.functions.items()
     found: List[Signature] = []
 
@@ -106,8 +133,10 @@ def pytorch_model(name: str, image_size: int, seed: int = frontend_models.DEFAUL
     return model, shape
 
 
-def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tuple[List[Dict], float]:
-    """Per leaf module: median ms per run (and its conv signature); and the model's median ms."""
+def pytorch_layers(name: str, image_size: int, threads: int, rounds: int,
+                   target: tvm.target.Target) -> Tuple[List[Dict], float]:
+    """Per leaf module: median ms per run (and its conv signature as TVM's build for ``target``
+    runs the conv, :func:`peer_signature`); and the model's median ms."""
     model, shape = pytorch_model(name, image_size)
     data = torch.randn(shape)
     times: Dict[str, List[float]] = collections.defaultdict(list)
@@ -124,9 +153,9 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
             signature = None
             if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
                 out = output.shape
-                signature = (*tvm_channels(int(mod.in_channels), int(mod.out_channels),
-                                           int(getattr(mod, "groups", 1))),
-                             int(mod.kernel_size[0]), int(mod.stride[0]), int(out[2]), int(out[3]))
+                signature = peer_signature(target, int(mod.in_channels), int(mod.out_channels),
+                                           int(getattr(mod, "groups", 1)), int(mod.kernel_size[0]),
+                                           int(mod.stride[0]), int(out[2]), int(out[3]))
             info[module_name] = {"kind": type(mod).__name__, "signature": signature}
 
     def hooked():
@@ -160,24 +189,27 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tup
     return layers, statistics.median(whole)
 
 
-def openvino_rows(profile) -> List[Dict]:
+def openvino_rows(profile, target: tvm.target.Target) -> List[Dict]:
     """An :class:`relay_ext.peers.openvino_layers.OpenVINOProfile`'s nodes as peer rows: conv
-    nodes with their signature (channels as TVM pads them), every node with its kernel."""
+    nodes with their signature (channels as TVM's build for ``target`` runs them,
+    :func:`peer_signature`), every node with its kernel."""
     rows = []
     for layer in profile.layers:
         signature = None
         if layer.conv is not None:
             c = layer.conv
-            signature = (*tvm_channels(c.in_channels, c.out_channels, c.groups), c.kernel,
-                         c.stride, c.out_height, c.out_width)
+            signature = peer_signature(target, c.in_channels, c.out_channels, c.groups, c.kernel,
+                                       c.stride, c.out_height, c.out_width)
         rows.append({"signature": signature, "ms": layer.ms, "name": layer.name,
                      "kind": layer.exec_type + (" + add" if layer.residual_add else ""),
                      "part": f"{layer.layer_type} ({layer.exec_type})"})
     return rows
 
 
-def openvino_column(model: str, image_size: int, threads: int, rounds: int) -> Tuple[Dict, Dict]:
-    """OpenVINO's column (bench's QDQ export of ``model``, profiled) and what oneDNN says it ran."""
+def openvino_column(model: str, image_size: int, threads: int, rounds: int,
+                    target: tvm.target.Target) -> Tuple[Dict, Dict]:
+    """OpenVINO's column (bench's QDQ export of ``model``, profiled; its convs matched to TVM's
+    build for ``target``) and what oneDNN says it ran."""
     from relay_ext.frontend.onnx_export import export_quantized  # pylint: disable=C0415
     from relay_ext.peers.openvino_layers import (kernel_family, onednn_conv_kernels,  # pylint: disable=C0415
                                                     openvino_layers)
@@ -188,7 +220,7 @@ def openvino_column(model: str, image_size: int, threads: int, rounds: int) -> T
         path = export_quantized(model, Path(scratch) / f"{model}_qdq.onnx", image_size=image_size)
         profile = openvino_layers(path, example, threads, rounds=10 * rounds, timing_rounds=rounds)
         onednn = onednn_conv_kernels(path, threads)
-    rows = openvino_rows(profile)
+    rows = openvino_rows(profile, target)
     families = collections.Counter(kernel_family(layer.exec_type) for layer in profile.convs())
     facts = {"version": profile.version, "onednn": onednn, "families": dict(families),
              "exec_types": dict(collections.Counter(layer.exec_type for layer in profile.convs()))}

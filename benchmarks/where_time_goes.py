@@ -35,8 +35,9 @@ each conv primitive was created with (``ONEDNN_VERBOSE=profile_create``, e.g.
 ``brg_conv_fwd:avx512_core_vnni``) is printed and written with the table.
 
 Convolutions are matched by shape (benchmarks/layer_table.py: input channels, output channels,
-kernel, stride, output height and width, the peers' channel counts padded as TVM's x86 int8
-convolutions pad them); what is not a convolution is summed per side as "everything else", with
+kernel, stride, output height and width, the peers' channel counts as TVM's x86 int8 convolutions
+run them: padded, and doubled on a target without VNNI, where TVM computes a conv over its input
+read twice so that ``vpmaddubsw`` cannot saturate); what is not a convolution is summed per side as "everything else", with
 its largest parts in a second table. Timed in isolation, the per-layer sums do not add up exactly
 to the whole-model latency (caches, the executor, the counters' own cost), which the last rows
 give for each. The per-layer timing of each side: benchmarks/layer_timing.py.
@@ -136,11 +137,12 @@ def measure(args, label: str, variant: str, records: Optional[ms.Database], targ
     peers, facts = [], {}
     if "pytorch" in wanted:
         torch_rows, torch_total = pytorch_layers(args.model, args.image_size, args.threads,
-                                                 args.rounds)
+                                                 args.rounds, target)
         peers.append({"name": "PyTorch", "total": torch_total,
                       "rows": [{**row, "part": row["kind"]} for row in torch_rows]})
     if "openvino" in wanted:
-        openvino, facts = openvino_column(args.model, args.image_size, args.threads, args.rounds)
+        openvino, facts = openvino_column(args.model, args.image_size, args.threads, args.rounds,
+                                          target)
         peers.append(openvino)
     return tvm_rows, tvm_total, peers, facts
 
@@ -205,8 +207,9 @@ def main() -> int:
             f"executed node of its compiled graph, PERF_COUNT real time (median of "
             f"{10 * args.rounds} inferences; a conv node also runs its bias, requantize, ReLU and, "
             "where its kernel says `+ add`, the residual add). Convs matched by shape (channels as "
-            "TVM pads them, kernel/stride, output size); rows sorted by the gap to the fastest "
-            "peer, largest first. TVM kernel: AMX, VNNI xN (N vpdpbusd accumulator registers) or "
+            "TVM runs them: padded, and the input twice over where the target has no VNNI, TVM's "
+            "saturation-free form; kernel/stride, output size); rows sorted by the gap to the "
+            "fastest peer, largest first. TVM kernel: AMX, VNNI xN (N vpdpbusd accumulator registers) or "
             "neither, read from the code the model runs; see benchmarks/where_time_goes.py.\n\n"
             + text + "\n\nEverything else, largest parts:\n\n" + parts)
     return 0

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from relay_ext.build.whole_model import WholeModel
 from relay_ext.lowering.targets import host_cpu_flags, vector_flags
 from relay_ext.measure.timing import Timing
-from relay_ext.peers.onnx_runtime import ONNX_RUNTIME, saturation_note
+from relay_ext.peers.registry import saturation_note
 from relay_ext.schedules.task_choice import TaskVsDefault
 
 TUNED, UNTUNED = "TVM tuned", "TVM untuned"
@@ -41,11 +41,14 @@ class PeerRow:
         return self.reason is None
 
     def line(self) -> str:
-        """For people: the check of a peer that ran, or why it did not."""
+        """For people: the check of a peer that ran (with why, where it is more than rounding
+        because the peer's int8 kernels saturate on this CPU), or why it did not run."""
         if not self.ran:
             return f"{self.label}: not run: {self.reason}"
+        note = (None if self.max_steps is None
+                else saturation_note(self.label, self.max_steps, host_cpu_flags()))
         return (f"{self.label} ({self.version}) vs {self.reference}: max {self.max_steps:.2f} "
-                "output quantization steps")
+                "output quantization steps" + (f" ({note})" if note else ""))
 
     def to_dict(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
@@ -159,7 +162,7 @@ class BenchResult:
         """One sentence per entry of ``runtime_steps``, with why when it is more than rounding."""
         lines = []
         for label, steps in self.runtime_steps.items():
-            note = saturation_note(steps, host_cpu_flags()) if label == ONNX_RUNTIME else None
+            note = saturation_note(label, steps, host_cpu_flags())
             lines.append(f"{label} vs {self.reference}: max {steps:.2f} output quantization steps"
                          + (f" ({note})" if note else ""))
         return lines

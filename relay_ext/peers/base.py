@@ -5,6 +5,7 @@
     prepared = peer.prepare(PeerModel(loaded, onnx_file), number=10, threads=2)
     seconds = prepared.timer()                     # one round: the mean of ``number`` runs
     prepared.reference, prepared.max_steps         # its output checked against its reference
+    peer.saturation.note(prepared.max_steps, host_cpu_flags())  # why, on a CPU without VNNI
 
 A peer is compiled or opened once in :meth:`Peer.prepare`, run once on the model's example input
 (its warm-up and its output), and returns a timer of one round; a peer that cannot run this model
@@ -24,6 +25,9 @@ from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 from relay_ext.frontend.optional_deps import MissingDependency
 
 PathLike = str | os.PathLike
+
+# /proc/cpuinfo names of the instructions that multiply uint8 x int8 into 32-bit sums directly.
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
 class PeerUnavailable(RuntimeError):
@@ -64,6 +68,29 @@ class Prepared:
     max_steps: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Saturation:
+    """Why a peer's int8 output strays from its reference on an x86 CPU without VNNI. There its
+    kernels multiply uint8 activations by int8 weights with ``vpmaddubsw``, which adds each pair
+    of adjacent products in a signed 16-bit lane and saturates: a pair of large products (an
+    activation near 255 times weights near 127) loses what exceeds 32767, where the reference
+    sums in 32 bits or in float. Weights quantized to 7 bits (in [-64, 63]) cannot saturate a
+    pair (255 x 128 < 32768), nor can VNNI's ``vpdpbusd``, which sums in 32 bits."""
+
+    kernels: str           # whose kernels: "ONNX Runtime's uint8 x int8 kernels"
+    remedy: str            # how a model avoids it, in a clause
+    rounding_steps: float  # output steps from the reference that rounding alone explains
+
+    def note(self, max_steps: float, cpu_flags: frozenset[str] | None) -> str | None:
+        """Why the peer is ``max_steps`` output steps from its reference, when that is more than
+        rounding on a CPU whose flags (``/proc/cpuinfo``) show no VNNI; None otherwise (the flags
+        unknown included)."""
+        if max_steps <= self.rounding_steps or cpu_flags is None or VNNI_FLAGS & set(cpu_flags):
+            return None
+        return (f"this CPU has no VNNI, and {self.kernels} then saturate 16-bit sums "
+                f"(vpmaddubsw); {self.remedy}")
+
+
 class Peer(abc.ABC):
     """A runtime a user could pick instead of TVM. ``name`` is its row in bench's table.
 
@@ -74,6 +101,10 @@ class Peer(abc.ABC):
 
     name: str = ""
     optional: bool = False
+    # Where its int8 kernels saturate 16-bit sums on a CPU without VNNI: what bench says of an
+    # output check beyond rounding there. None: a runtime whose output is not checked, or that is
+    # the model's reference itself.
+    saturation: Saturation | None = None
 
     @property
     @abc.abstractmethod

@@ -16,6 +16,13 @@ Where it cannot run, :class:`InductorUnavailable` says why in one line: torchao'
 on the network (torchao 0.18 under torch 2.13 raises "Input partition has more than one output
 node" on torchvision's ResNet blocks, conv + batch norm + in-place add + ReLU), torchao is missing,
 or Inductor finds no C++ compiler. :class:`InductorPeer` is bench's row.
+
+Its output is checked against the same program run eagerly, which computes each quantized op in
+float from the dequantized tensors: where the CPU has VNNI the two agree to a step. Without VNNI,
+oneDNN's uint8 x int8 kernels (``jit_uni_int8:avx2`` on AVX2) multiply with ``vpmaddubsw``, whose
+16-bit pair sums saturate, and the compiled program strays further; the same program with weights
+quantized to 7 bits agrees again (the check's note says so,
+:class:`~relay_ext.peers.base.Saturation`).
 """
 
 from __future__ import annotations
@@ -30,14 +37,16 @@ from torch import nn
 
 from relay_ext.frontend import eager_quantization, models
 from relay_ext.frontend.optional_deps import MissingDependency
-from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, distribution_version,
-                                  first_line)
+from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, Saturation,
+                                  distribution_version, first_line)
 from relay_ext.peers.pytorch import program_module, run_torch_module, torch_timer
 from relay_ext.report.accuracy import step_error
 
 logger = logging.getLogger(__name__)
 
 INDUCTOR = "PyTorch Inductor int8"
+# Above this many output steps from the program run eagerly, Inductor's result is not rounding.
+ROUNDING_STEPS = 1
 
 
 class InductorUnavailable(PeerUnavailable):
@@ -125,6 +134,9 @@ class InductorPeer(Peer):
 
     name = INDUCTOR
     optional = True
+    saturation = Saturation("the compiled program's oneDNN uint8 x int8 kernels",
+                            "a program whose weights are quantized to 7 bits avoids it",
+                            ROUNDING_STEPS)
 
     @property
     def version(self) -> str:

@@ -9,7 +9,8 @@ written instead (:class:`relay_ext.frontend.onnx_reference.OnnxRuntimeReference`
 without VNNI its uint8 x int8 products go through ``vpmaddubsw``, whose 16-bit pair sums
 saturate, so its outputs can stray from the model by more than rounding (docs/bench.md has the
 figures); quantizing the weights with ``reduce_range=True`` avoids it, and on VNNI CPUs both
-ways agree to a step. :func:`saturation_note` says so when it matters.
+ways agree to a step. Its peer's :attr:`~relay_ext.peers.base.Peer.saturation` says so when it
+matters.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import numpy as np
 
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference, onnxruntime_session
 from relay_ext.frontend.optional_deps import require_onnxruntime
-from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, distribution_version,
-                                  installed)
+from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, Saturation,
+                                  distribution_version, installed)
 from relay_ext.report.accuracy import step_error
 
 ONNX_RUNTIME = "ONNX Runtime int8"
@@ -67,18 +68,6 @@ def onnxruntime_timer(
 
 # Above this many output steps from the model, ONNX Runtime's int8 result is not rounding.
 SATURATION_STEPS = 3
-# /proc/cpuinfo names of the instructions that multiply uint8 x int8 into 32-bit sums directly.
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
-
-
-def saturation_note(max_steps: float, cpu_flags: frozenset[str] | None) -> str | None:
-    """Why ONNX Runtime's int8 run of a model is ``max_steps`` output steps from the model as
-    written, when that is more than rounding on a CPU whose flags (``/proc/cpuinfo``) show no VNNI;
-    None otherwise (the flags unknown included)."""
-    if max_steps <= SATURATION_STEPS or cpu_flags is None or VNNI_FLAGS & set(cpu_flags):
-        return None
-    return ("this CPU has no VNNI, and ONNX Runtime's uint8 x int8 kernels then saturate 16-bit "
-            "sums (vpmaddubsw); quantizing the weights with reduce_range=True avoids it")
 
 
 class OnnxRuntimePeer(Peer):
@@ -87,6 +76,9 @@ class OnnxRuntimePeer(Peer):
     spin after a run: spinning threads would take the cores from the runtime timed next."""
 
     name = ONNX_RUNTIME
+    saturation = Saturation("ONNX Runtime's uint8 x int8 kernels",
+                            "quantizing the weights with reduce_range=True avoids it",
+                            SATURATION_STEPS)
 
     @property
     def version(self) -> str | None:

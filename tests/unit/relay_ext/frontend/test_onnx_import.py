@@ -195,12 +195,13 @@ def test_int8_kernels_agree_with_the_graph_as_written_when_weights_leave_room(tm
 
 def test_saturation_note_only_for_large_errors_on_cpus_without_vnni():
     avx2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
-    note = onnx_runtime.saturation_note(31, avx2)
+    saturation = onnx_runtime.OnnxRuntimePeer.saturation
+    note = saturation.note(31, avx2)
     assert note and "no VNNI" in note and "reduce_range=True" in note
-    assert onnx_runtime.saturation_note(2, avx2) is None  # rounding, not saturation
-    assert onnx_runtime.saturation_note(31, avx2 | {"avx512_vnni"}) is None
-    assert onnx_runtime.saturation_note(31, avx2 | {"avx_vnni"}) is None
-    assert onnx_runtime.saturation_note(31, None) is None  # flags unknown: say nothing
+    assert saturation.note(2, avx2) is None  # rounding, not saturation
+    assert saturation.note(31, avx2 | {"avx512_vnni"}) is None
+    assert saturation.note(31, avx2 | {"avx_vnni"}) is None
+    assert saturation.note(31, None) is None  # flags unknown: say nothing
 
 
 def test_export_quantized_builtin_model(tmp_path):
