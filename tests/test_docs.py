@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_c_compiler
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -172,6 +174,7 @@ def test_the_readme_has_a_python_quickstart():
     assert any("relay_ext.tune(" in block for block in readme_python_blocks())
 
 
+@needs_c_compiler  # the quickstart tunes
 @pytest.mark.parametrize("index", range(len(readme_python_blocks())))
 def test_readme_python_block_runs_as_written(index, tmp_path):
     """Run the README's Python block in a fresh interpreter, in an empty directory (it writes its

@@ -8,7 +8,7 @@ import textwrap
 
 from relay_ext.workdir.files import CHART_FILE, REPORT_FILE
 from host_flags import AMD_AVX2_VM
-from conftest import ROOT
+from conftest import ROOT, needs_c_compiler
 
 TVM_LOG_LINE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+\.cc:\d+")
 
@@ -28,6 +28,7 @@ def _quantfuse(args, flags=None, timeout=900):
                           timeout=timeout, cwd=ROOT, check=False)
 
 
+@needs_c_compiler
 def test_demo_on_an_avx2_host_runs_the_whole_job_and_keeps_tvm_logs_out_of_stderr(tmp_path):
     work_dir = tmp_path / "demo"
     child = _quantfuse(["demo", "--work-dir", str(work_dir), "--trials", "8",

@@ -15,7 +15,7 @@ from relay_ext.frontend import onnx_export
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 from relay_ext.lowering import targets
 from relay_ext.workdir.files import REPORT_FILE
-from conftest import AVX2
+from conftest import AVX2, needs_c_compiler
 from helpers import fusion_tune_and_bench, one_error_line
 
 pytestmark = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
@@ -30,6 +30,7 @@ def model_files(tmp_path_factory):
             "mlp_qdq": qdq_onnx(SmallMLP, (1, 64), root / "mlp.onnx")}
 
 
+@needs_c_compiler
 @pytest.mark.parametrize("name", ["residual_qdq", "mlp_qdq"])
 def test_fusion_tune_and_bench(name, model_files, tmp_path, capsys, monkeypatch):
     fusion_tune_and_bench(["--model", str(model_files[name]), "--target", AVX2],

@@ -16,7 +16,7 @@ from quantized_test_nets import MobileNetV2Style, ResidualConvNet, fx_quantized_
 from relay_ext import cli
 from relay_ext.frontend import models, pt2e_import
 from relay_ext.lowering import targets
-from conftest import AVX2
+from conftest import AVX2, needs_c_compiler
 from helpers import fusion_tune_and_bench, one_error_line
 
 SHAPE = (1, 3, 16, 16)
@@ -52,6 +52,7 @@ def test_import_makes_convs_and_dense_integer(programs):
 
 
 @needs_avx2
+@needs_c_compiler
 @pytest.mark.parametrize("name", ["mobilenet_v2_style", "residual"])
 def test_fusion_tune_and_bench(name, program_files, tmp_path, capsys, monkeypatch):
     # bench's row of the program run eagerly is labelled so (PyTorch Inductor's row compiles it)

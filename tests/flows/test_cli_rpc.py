@@ -75,6 +75,7 @@ def test_tune_through_rpc_tracker_records_real_run_times(tracker, tmp_path, caps
         assert "load_module" in log.read_text(), log.read_text()[-2000:]
 
 
+@needs_c_compiler
 def test_rpc_key_without_servers_is_a_clear_error(tracker, tmp_path, capsys):
     port, _ = tracker
     assert cli.main(["tune", *TINY, "--target", LLVM, "--work-dir", str(tmp_path), "--trials", "4",
@@ -102,6 +103,7 @@ def test_quantfuses_server_holds_amx_tile_data_where_the_host_grants_it_and_tvms
     assert "AMX tile data" in logs[0].read_text()
 
 
+@needs_c_compiler
 def test_an_amx_tune_through_tvms_servers_is_refused_in_one_line(tracker, tmp_path, capsys):
     if not request_amx_tile_data():
         pytest.skip("this host cannot run AMX code, so no local target keeps AMX (the server "
@@ -126,6 +128,7 @@ def _connection_attempts(monkeypatch) -> list:
     return attempts
 
 
+@needs_c_compiler
 def test_unreachable_tracker_is_one_bounded_attempt_and_a_clear_error(tmp_path, capsys,
                                                                       monkeypatch):
     port = _free_port()  # nothing listens there
@@ -149,6 +152,7 @@ def test_silent_tracker_times_out(tmp_path, monkeypatch):
     assert attempts == [((address.host, address.port), 1)]  # the socket's every wait is bounded
 
 
+@needs_c_compiler  # quantfuse tune asks for one before it reads --rpc
 @pytest.mark.parametrize("text, fragment", [
     ("127.0.0.1:9190", "is not HOST:PORT:KEY"),
     ("127.0.0.1:port:key", "port 'port' is not a number"),

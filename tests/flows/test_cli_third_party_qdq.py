@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import A100, AVX2
+from conftest import A100, AVX2, needs_c_compiler
 from helpers import small_search
 from quantized_test_nets import SwishEfficientNet, qdq_onnx, worst_steps
 from relay_ext import cli
@@ -44,6 +44,7 @@ def test_fusion_on_the_a100_measures_every_task(seed, qdq_files, capsys):
 
 @pytest.mark.skipif(bool(targets.missing_features(AVX2)),
                     reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_c_compiler
 def test_a_small_tune_on_the_host_matches_onnx_runtime(qdq_files, tmp_path, capsys, monkeypatch):
     import relay_ext
 

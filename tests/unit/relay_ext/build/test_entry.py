@@ -9,6 +9,7 @@ from relay_ext.build import SCHEDULES, Compiled, compile
 from relay_ext.build import entry
 from relay_ext.build.whole_model import _Builds
 from relay_ext.measure.run import run_module
+from conftest import needs_c_compiler
 
 
 class _Reached(Exception):
@@ -64,6 +65,7 @@ def test_without_records_the_tuned_schedule_is_the_rule_designs_build(tiny, buil
     assert build_steps[-1] == ("default", 3)
 
 
+@needs_c_compiler
 def test_export_bench_and_the_accuracy_check_build_through_compile(tiny, build_steps, tmp_path):
     from relay_ext.latency.run import measure_latency
     from relay_ext.report.accuracy import compare_untuned_with_reference

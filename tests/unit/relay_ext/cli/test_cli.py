@@ -14,6 +14,7 @@ from relay_ext import cli
 from relay_ext.frontend import models
 from relay_ext.cli import commands as cli_commands
 from relay_ext.workdir.files import NotADatabaseError, RECORD_FILE, WORKLOAD_FILE, repair_database
+from conftest import needs_c_compiler
 from helpers import small_search, one_error_line
 
 LLVM = "llvm -num-cores 2"
@@ -93,6 +94,7 @@ def _record_count(work_dir):
     return len((work_dir / RECORD_FILE).read_text().splitlines())
 
 
+@needs_c_compiler
 def test_tune_resumes_and_keeps_records(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli_commands, "search_strategy", small_search)
     work_dir = tmp_path / "work"
@@ -259,6 +261,7 @@ def test_trials_must_be_positive(trials, capsys, tmp_path):
     one_error_line(capsys, "--trials")
 
 
+@needs_c_compiler
 def test_unwritable_work_dir(capsys, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -267,6 +270,7 @@ def test_unwritable_work_dir(capsys, tmp_path):
     one_error_line(capsys, "cannot write to work dir", "--work-dir")
 
 
+@needs_c_compiler
 def test_work_dir_with_a_foreign_database(capsys, tmp_path):
     (tmp_path / RECORD_FILE).write_text('{"these": "are not tuning records"}\n')
     assert cli.main(["tune", *TINY, "--target", LLVM, "--trials", "4",

@@ -22,7 +22,7 @@ from relay_ext.lowering import targets
 from relay_ext.report.accuracy import quantization_step_error
 from relay_ext.measure.run import run_module
 from relay_ext.workdir.files import open_tuned_database
-from conftest import ROOT, AVX2, TINY_32, TUNED_TRIALS
+from conftest import ROOT, AVX2, C_COMPILER_PROBLEM, TINY_32, TUNED_TRIALS, needs_c_compiler
 from helpers import one_error_line
 
 MAX_STEPS = 3
@@ -78,6 +78,8 @@ def run_runtime_only(library: Path, data: np.ndarray, tmp_path: Path) -> np.ndar
 @pytest.fixture(scope="module")
 def untuned(avx2_here, tiny32, tmp_path_factory):
     """tiny_resnet 32x32 exported without a work dir through the API: (library, result)."""
+    if C_COMPILER_PROBLEM is not None:
+        pytest.skip(f"needs a C compiler: {C_COMPILER_PROBLEM}")
     library = tmp_path_factory.mktemp("untuned") / "model.so"
     return library, relay_ext.export(library, tiny32.mod, tiny32.params, AVX2,
                                      schedule="default", model_name="tiny_resnet")
@@ -234,6 +236,7 @@ def test_a_failed_or_interrupted_export_leaves_no_half_file(untuned, tiny32, tmp
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+@needs_c_compiler
 def test_the_cli_export_that_fails_prints_one_line_and_writes_nothing(avx2_here, tmp_path,
                                                                       monkeypatch, capsys):
     half_written = Compiled(_HalfWritten(OSError(28, "No space left on device")), "default",

@@ -20,7 +20,7 @@ from relay_ext.tuning import extract_tasks
 from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
                                               register_caps, rule_design_records, task_design,
                                               tile_decisions)
-from conftest import AVX2
+from conftest import AVX2, needs_c_compiler
 from amx_reference import AMX, conv_module, reference
 
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
@@ -177,6 +177,7 @@ def test_a_task_no_rule_decides_has_no_record(tiny):
     assert not design.has_record and "TVM's default" in design.design
 
 
+@needs_c_compiler
 def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
     """A tune's first candidate per task is its rule design (the no-search schedule), measured by the
     tune's runner and counted in the budget; a resumed tune measures none again."""

@@ -75,6 +75,7 @@ def test_a_second_tune_is_refused_while_the_first_finishes_with_its_database_who
     assert lock_holder(work_dir) is None  # released when the first tune ended
 
 
+@needs_c_compiler
 def test_readers_take_a_snapshot_while_a_tune_holds_the_lock_and_a_killed_holder_frees_it(
         tmp_path, capsys, caplog):
     work_dir = tmp_path / "work"

@@ -9,6 +9,7 @@ dead test run.
 import pytest
 import tvm
 from relay_ext.lowering.x86 import vnni_intrinsics
+from conftest import needs_c_compiler
 from helpers import VNNI, host_has_vnni, run_child
 
 HOST_HAS_VNNI = host_has_vnni()
@@ -46,6 +47,7 @@ def test_untuned_int8_model_builds_for_vnni_and_uses_vpdpbusd():
     assert float(out[1]) <= 3, f"{out[1]} steps from PyTorch"
 
 
+@needs_c_compiler  # a tune
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="runs VNNI code: this CPU has no AVX-512 VNNI")
 def test_tuned_int8_model_tensorizes_with_vnni_and_matches_pytorch(tmp_path):
     out = run_child(f"""
