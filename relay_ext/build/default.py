@@ -10,16 +10,16 @@ from tvm import relay
 from tvm.target import Target
 
 from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.lowering.prefold import prefold_or_keep
 from relay_ext.lowering.relay_build import copy_module
 from relay_ext.lowering.x86 import x86_codegen
-from relay_ext.build.whole_model import _prefolded
 
 
 def _default_build(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
                   target: Target, opt_level: int = 3) -> tvm.runtime.Module:
     """``relay.build`` of a copy of ``mod`` (``target`` already normalised) under quantfuse's build
     options at ``opt_level``. At 3 (bench's), the constants are folded by numpy first under the
-    same options (:func:`relay_ext.build.whole_model._prefolded`: Relay's own folding compiles
+    same options (:func:`relay_ext.lowering.prefold.prefold_or_keep`: Relay's own folding compiles
     each constant expression with LLVM); below 3, Relay's own pipeline runs
     on the module as given (``relay.build``'s default level is 2, without the layout pass the
     prefolding performs).
@@ -31,6 +31,6 @@ def _default_build(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArr
     else a VNNI ``-mcpu`` aborts the process)."""
     x86_codegen.install()
     if opt_level >= 3:
-        mod, params = _prefolded(mod, params, target, BUILD_OPTIONS)
+        mod, params = prefold_or_keep(mod, params, target, BUILD_OPTIONS)
     with tvm.transform.PassContext(opt_level=opt_level, config=BUILD_OPTIONS):
         return relay.build(copy_module(mod), target=target, params=params)

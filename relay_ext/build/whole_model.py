@@ -42,11 +42,10 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm.target import Target
 
-from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 
 from relay_ext.lowering.config import pass_config
-from relay_ext.lowering.prefold import prefold
+from relay_ext.lowering.prefold import prefold_or_keep
 from relay_ext.lowering.relay_build import compile_with
 from relay_ext.schedules.records import compilable_records
 from relay_ext.schedules.rule_designs import RuleDesigns, rule_design_records
@@ -102,19 +101,6 @@ class _Builds:
     whole_model: Optional[WholeModel] = None
 
 
-def _prefolded(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]], target: Target,
-               config: Mapping[str, object]):
-    """(module, params) with Relay's constant folding done by numpy under pass ``config`` (params
-    bound: None); the inputs unchanged where it fails (the build is then slower, not wrong)."""
-    try:
-        return prefold(mod, params, target, config), None
-    except (tvm.TVMError, ValueError) as error:
-        logger.warning("constants not prefolded (%s); Relay folds them",
-                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
-                       else error)
-        return mod, params
-
-
 def _merged(records: ms.Database, fill: ms.Database) -> ms.Database:
     """``records`` plus ``fill``'s records of the workloads ``records`` has none of."""
     merged = ms.database.MemoryDatabase()
@@ -165,7 +151,7 @@ def _make_builds(database: Optional[ms.Database], mod: tvm.IRModule,
     if database is None and not designs_build:
         raise ValueError("nothing to build: no records and no rule designs' build")
     register_tensor_intrinsics(target)
-    mod, params = _prefolded(mod, params, target, pass_config(variant))
+    mod, params = prefold_or_keep(mod, params, target, pass_config(variant))
     tasks = lowered_tasks(mod, params, target, variant)
     found = rule_design_records(mod, params, target, variant, tasks)
     designs = compilable_records(found.database).database

@@ -37,6 +37,8 @@ from tvm import relay
 from tvm.relay import dataflow_pattern as dfp
 from tvm.target import Target
 
+from meta_rules.base.tvm_errors import tvm_error_message
+
 logger = logging.getLogger(__name__)
 
 
@@ -257,3 +259,17 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
     logger.info("prefold: %d constant calls folded with numpy (%s)", sum(counts.values()),
                 ", ".join(f"{n} {c}" for n, c in sorted(counts.items())))
     return mod
+
+
+def prefold_or_keep(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Target,
+                    config: Mapping[str, Any]) -> Tuple[tvm.IRModule, Optional[Mapping[str, Any]]]:
+    """(module, params) with the constants prefolded (:func:`prefold`; params bound: None), or
+    the inputs unchanged where prefolding fails, with a warning: the build is then slower (Relay
+    folds the constants), not wrong."""
+    try:
+        return prefold(mod, params, target, config), None
+    except (tvm.TVMError, ValueError) as error:
+        logger.warning("constants not prefolded (%s); Relay folds them",
+                       tvm_error_message(error, limit=200) if isinstance(error, tvm.TVMError)
+                       else error)
+        return mod, params

@@ -218,13 +218,13 @@ def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
     if that fails, the build goes on from the model as given (Relay folds them), with a warning."""
     import logging
 
-    from relay_ext.build import whole_model
+    from relay_ext.lowering import prefold
 
     def broken(*args, **kwargs):
         raise ValueError("prefold broke")
-    monkeypatch.setattr(whole_model, "prefold", broken)  # every build prefolds through it
+    monkeypatch.setattr(prefold, "prefold", broken)  # every build prefolds through it
     target = targets.normalize_target(AVX2)
-    with caplog.at_level(logging.WARNING, logger="relay_ext.build.whole_model"):
+    with caplog.at_level(logging.WARNING, logger="relay_ext.lowering.prefold"):
         compiled = compile(tiny, target=target, schedule="no-search", choose_per_task=False)
     assert compiled.choices is None and any(d.has_record for d in compiled.designs.designs)
     assert "constants not prefolded (prefold broke)" in caplog.text
