@@ -47,12 +47,14 @@ def cmd_models(args) -> int:  # pylint: disable=unused-argument
 
 
 def print_fusion_table(report) -> None:
-    from relay_ext.report.fusion_table import failure_notes, fusion_header, fusion_rows
+    from relay_ext.report.fusion_table import failure_notes, fusion_header, fusion_rows, layout_line
     from relay_ext.report.tables import text_table
 
     print(text_table(fusion_header(report), fusion_rows(report)))
     for note in failure_notes(report):
         print(note)
+    if layout_line(report) is not None:
+        print(layout_line(report))
 
 
 def cmd_fusion(args) -> int:

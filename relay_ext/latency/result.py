@@ -11,6 +11,7 @@ from relay_ext.build.whole_model import WholeModel
 from relay_ext.lowering.targets import host_cpu_flags, vector_flags
 from relay_ext.measure.timing import Timing
 from relay_ext.peers.registry import saturation_note
+from relay_ext.report.layout_transforms import LayoutTransformCount
 from relay_ext.schedules.task_choice import TaskVsDefault
 
 TUNED, UNTUNED = "TVM tuned", "TVM untuned"
@@ -106,6 +107,9 @@ class BenchResult:
     # not tried (bench --no-peers).
     peers: Optional[List[PeerRow]] = None
     versions: Dict[str, Optional[str]] = dataclasses.field(default_factory=dict)  # label -> version
+    # The main row's build: its layout_transform kernels between two convs, at the input and at
+    # the output (relay_ext.report.layout_transforms); None: not counted.
+    layout_transforms: Optional[LayoutTransformCount] = None
     # Lines for people about rows left out before timing ("(no ONNX Runtime row: ...)"); not in
     # to_dict.
     notes: List[str] = dataclasses.field(default_factory=list)
@@ -238,6 +242,8 @@ class BenchResult:
             "tasks_vs_default": (None if self.tasks_vs_default is None
                                  else [c.to_dict() for c in self.tasks_vs_default]),
             "whole_model": None if self.whole_model is None else self.whole_model.to_dict(),
+            "layout_transforms": (None if self.layout_transforms is None
+                                  else self.layout_transforms.to_dict()),
         }
 
     def _fastest_peer_dict(self) -> Optional[Dict[str, object]]:

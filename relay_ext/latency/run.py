@@ -28,6 +28,7 @@ from meta_rules.rule_sets import TargetLike, check_variant
 
 from relay_ext.latency.report import write_report
 from relay_ext.latency.result import NO_SEARCH, TUNED, UNTUNED, BenchResult, PeerRow
+from relay_ext.report.layout_transforms import layout_transforms_of_graph_json
 from relay_ext.frontend.loader import load_model
 from relay_ext.frontend.models import LoadedModel
 from relay_ext.lowering.targets import check_runs_here, normalize_target
@@ -162,6 +163,7 @@ def measure_latency(loaded: LoadedModel, database: Optional[ms.Database],
                              if main != NO_SEARCH else None),
         runtime_steps=others.runtime_steps,
         tasks_vs_default=comparisons, peers=others.rows, whole_model=built.whole_model,
+        layout_transforms=layout_transforms_of_graph_json(libs[main].get_graph_json()),
         versions={label: others.versions[label] for label in samples if label in others.versions},
         machine=machine_description(), load_average=load, stolen_share=stolen,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -1,9 +1,11 @@
-"""A Relay module's MetaSchedule tasks, lowered with the variant's TE->TIR converter."""
+"""A Relay module's MetaSchedule tasks, lowered with the variant's TE->TIR converter, and the
+fused graph they come from."""
 
 from __future__ import annotations
 from typing import List, Mapping, Optional
 import tvm
 from tvm import meta_schedule as ms
+from tvm import relay
 from tvm.target import Target
 from meta_rules.rule_sets import TargetLike, check_variant
 from relay_ext.lowering.config import pass_config
@@ -30,3 +32,23 @@ def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArra
     ``check_variant``), as :func:`relay_ext.tuning.tune` and the reports pass them."""
     return list(ms.relay_integration.extract_tasks(
         copy_module(mod), target, params, pass_config=pass_config(variant)))
+
+
+def fused_main(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
+               target: Target, variant: str) -> relay.Function:
+    """The ``main`` function the tasks of :func:`lowered_tasks` are cut from: a copy of ``mod``
+    after the passes task extraction runs (QNN canonicalization, Relay's layout pass for
+    ``target``, constant folding, operator fusion), each call of a primitive (fused) function one
+    task's kernel run once per inference, in the order of the graph. Nothing is lowered to TIR."""
+    from tvm import autotvm  # pylint: disable=import-outside-toplevel
+
+    mod = copy_module(mod)
+    if params:
+        mod["main"] = relay.build_module.bind_params_by_name(mod["main"], dict(params))
+    prefix = tvm.get_global_func("relay.backend.GetPassPrefixSeq")(True, True)  # as extraction
+    silent, autotvm.GLOBAL_SCOPE.silent = autotvm.GLOBAL_SCOPE.silent, True
+    try:
+        with target, tvm.transform.PassContext(opt_level=3, config=pass_config(variant)):
+            return tvm.transform.Sequential([prefix, relay.transform.FuseOps()])(mod)["main"]
+    finally:
+        autotvm.GLOBAL_SCOPE.silent = silent

@@ -7,6 +7,10 @@ read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end
 
     report = fusion_report(m.mod, m.params, "nvidia/nvidia-a100", variants=("legacy", "ours"))
     report.totals["ours"]["intermediates"], report.tasks[0].variants["legacy"].bytes
+    report.layout_transforms.between_convs   # layout_transform kernels between two convs
+
+The report also places the graph's ``layout_transform`` kernels (between two convs, at the
+input, at the output: :mod:`relay_ext.report.layout_transforms`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from meta_rules.rule_sets import TargetLike, check_variant
 
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
+from relay_ext.report.layout_transforms import LayoutTransformCount, layout_transforms_of_module
 
 
 logger = logging.getLogger(__name__)
@@ -66,6 +71,8 @@ class FusionReport:
     target: str
     variants: List[str]
     tasks: List[TaskFusion]
+    # the graph's layout_transform kernels by place (None: not counted)
+    layout_transforms: Optional[LayoutTransformCount] = None
 
     @property
     def totals(self) -> Dict[str, Dict[str, int]]:
@@ -87,6 +94,8 @@ class FusionReport:
             "variants": list(self.variants),
             "tasks": [dataclasses.asdict(t) for t in self.tasks],
             "totals": self.totals,
+            "layout_transforms": (None if self.layout_transforms is None
+                                  else self.layout_transforms.to_dict()),
         }
 
 
@@ -115,7 +124,8 @@ def fusion_report(
     (:class:`ResilientPostOrderApply`: other random states, then without the failing rule). A
     task whose spaces cannot be generated at all, or whose spaces the fusion measure fails on
     (:func:`_measure`), is reported as failed with TVM's reason, and the report goes on with the
-    other tasks.
+    other tasks. The graph's ``layout_transform`` kernels are placed and counted
+    (:func:`~relay_ext.report.layout_transforms.layout_transforms_of_module`).
     """
     variants = [check_variant(v) for v in variants]
     target = normalize_target(target)
@@ -139,7 +149,8 @@ def fusion_report(
             results[variant] = _measure(spaces, outcome.describe(), task.task_name, variant)
         rows.append(TaskFusion(task.task_name, anchor_op(task.dispatched[0], task.task_name),
                                float(task.weight), results))
-    return FusionReport(str(target), variants, rows)
+    return FusionReport(str(target), variants, rows,
+                        layout_transforms_of_module(mod, params, target, variants[0]))
 
 
 def _tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],

@@ -4,11 +4,12 @@ whose design spaces could not be generated or measured (a failed cell points at 
 
     print(text_table(FUSION_HEADER(report), fusion_rows(report)))
     Path("fusion.md").write_text(fusion_markdown(report, "resnet50 (NCHW)"))
+    layout_line(report)   # "layout_transform: 0 between convs, 1 at the input, 1 at the output"
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from relay_ext.report.fusion import DESIGN_SPACE, FusionReport, VariantResult
 from relay_ext.report.tables import markdown_table
@@ -74,6 +75,12 @@ def fusion_rows(report: FusionReport) -> List[List[str]]:
     return rows
 
 
+def layout_line(report: FusionReport) -> Optional[str]:
+    """The graph's ``layout_transform`` kernel runs per inference, between two convs (named), at
+    the input and at the output; None when the report did not count them."""
+    return None if report.layout_transforms is None else report.layout_transforms.line()
+
+
 def fusion_markdown(report: FusionReport, title: str) -> str:
     """The whole report as a Markdown document."""
     lines = [f"# Fusion report: {title}", "", f"Target: `{report.target}`", "",
@@ -83,4 +90,6 @@ def fusion_markdown(report: FusionReport, title: str) -> str:
     notes = failure_notes(report)
     if notes:
         lines += ["", *[f"- {note}" for note in notes]]
+    if layout_line(report) is not None:
+        lines += ["", f"Layout copies (kernel runs per inference): {layout_line(report)}"]
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ JSON_KEYS = {
     "rows", "peers", "fastest_peer", "main", "reference", "max_steps", "mean_steps",
     "fraction_equal", "untuned_max_steps", "no_search_max_steps", "runtime_steps", "machine",
     "date", "load_average", "stolen_share", "busy_warning", "tasks_vs_default", "whole_model",
+    "layout_transforms",
 }
 
 
@@ -34,6 +35,10 @@ def test_bench_of_a_tuned_work_dir_returns_the_result_and_writes_the_report(tiny
     assert "PyTorch int8" in result.timings and result.peers is None
     assert result.max_steps <= 3 and result.tasks_vs_default is None
     assert set(result.to_dict()) == JSON_KEYS
+    counts = result.to_dict()["layout_transforms"]  # the main row's build, counted by place
+    assert set(counts) == {"between_convs", "at_input", "at_output", "tasks"}
+    assert counts["at_input"] >= 1 and counts["between_convs"] + counts["at_input"] + counts[
+        "at_output"] == sum(task["runs"] for task in counts["tasks"])
     text = text_report(result)
     assert "TVM tuned (ours)" in text and "median ms" in text
     assert (work_dir / REPORT_FILE).exists() and (work_dir / CHART_FILE).exists()
