@@ -1,9 +1,11 @@
 """The per-layer table of benchmarks/where_time_goes.py: TVM's tasks against each peer's layers.
 
-A helper, not a script. Convolutions are matched by :data:`Signature` (input channels, output
-channels, kernel, stride, output height and width; a peer's channel counts as TVM's x86 int8
-convolutions run them, :func:`tvm_channels`: padded, and on a target without VNNI over twice the
-input channels): a row sums every TVM task and every peer layer with that signature. The rest is
+A helper, not a script. Convolutions are matched by
+:data:`relay_ext.latency.layer_pairing.Signature` (input channels, output channels, kernel,
+stride, output height and width; a peer's channel counts as TVM's x86 int8 convolutions run them,
+:func:`~relay_ext.latency.layer_pairing.tvm_channels`: padded, and on a target without VNNI over
+twice the input channels; ``quantfuse profile`` pairs them the same way): a row sums every TVM
+task and every peer layer with that signature. The rest is
 "everything else" per side; a peer convolution whose signature no TVM task has is counted in a
 row of its own, never silently in another.
 
@@ -15,43 +17,15 @@ A peer is ``{"name": ..., "rows": [{"signature": Signature | None, "ms": float, 
 from __future__ import annotations
 
 import collections
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
-# in channels, out channels, kernel, stride, out H, out W
-Signature = Tuple[int, int, int, int, int, int]
-
-
-def tvm_channels(cin: int, cout: int, groups: int, split: bool = False) -> Tuple[int, int]:
-    """The channel counts TVM's x86 int8 convolution runs with: a non-grouped one has its input
-    channels padded to a multiple of 4 and its output channels to a multiple of 16 (TOPI's
-    ``conv2d_alter_int8_common``), so ResNet's 3-channel stem is a 4-channel conv there.
-    ``split``: TVM runs the conv in its saturation-free form, one conv over the input read twice
-    (:mod:`relay_ext.lowering.x86.saturation_free_int8`), so its input channels are doubled
-    before the padding: the 3-channel stem is an 8-channel conv there."""
-    if groups != 1:
-        return cin, cout
-    cin *= 2 if split else 1
-    return -(-cin // 4) * 4, -(-cout // 16) * 16
-
-
-def describe(signature: Signature) -> str:
-    cin, cout, kernel, stride, height, width = signature
-    return f"conv {kernel}x{kernel}/{stride} {cin}->{cout}, out {height}x{width}"
+# the pairing is the library's (quantfuse profile uses it too); re-exported for the scripts
+from relay_ext.latency.layer_pairing import (Signature, describe, match,  # noqa: F401
+                                             tvm_channels)
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
-
-
-def match(tvm_rows: Sequence[Dict], peer_rows: Sequence[Dict]) -> Dict[Optional[Signature], List[Dict]]:
-    """The peer's rows by the TVM signature they match; ``None``: not a convolution, or a
-    convolution with no TVM task of its signature (each row gets ``matched`` True / False)."""
-    signatures = {row["signature"] for row in tvm_rows if row["signature"] is not None}
-    grouped: Dict[Optional[Signature], List[Dict]] = collections.defaultdict(list)
-    for row in peer_rows:
-        hit = row["signature"] if row["signature"] in signatures else None
-        grouped[hit].append({**row, "matched": hit is not None})
-    return grouped
 
 
 def table(tvm_rows: List[Dict], tvm_total: float, peers: List[Dict],

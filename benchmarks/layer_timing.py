@@ -4,13 +4,9 @@ tasks (each timed alone, its record against TOPI's default schedule), PyTorch's 
 convolution's signature, which benchmarks/layer_table.py matches across the sides.
 
 A peer's signature counts the channels as TVM's build for the same target runs the conv
-(:func:`splits_input`): on an x86 target without VNNI, TVM computes every non-grouped int8 conv
-over its input read twice (:mod:`relay_ext.lowering.x86.saturation_free_int8`), twice the input
-channels of the network's conv (and of the peers', which keep the network's). A conv TVM leaves
-whole there (constant weights too small to saturate ``vpmaddubsw``, rare with 8-bit weights; or
-weights with a nonzero zero point, which TVM splits into two convs of the network's channels
-instead) keeps the network's count on TVM's side and shows in the table's row of peer convs with
-no TVM task of their shape, not in another conv's row."""
+(:func:`relay_ext.latency.layer_pairing.peer_signature`, which ``quantfuse profile`` pairs with
+too; its module doc says why they differ from the network's). A conv TVM leaves whole shows in
+the table's row of peer convs with no TVM task of their shape, not in another conv's row."""
 
 from __future__ import annotations
 
@@ -21,77 +17,25 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
 import tvm
 from tvm import meta_schedule as ms
-from tvm import relay
 
-from benchmarks.layer_table import Signature, tvm_channels
 from meta_rules.base.tvm_errors import tvm_error_message
 from relay_ext.frontend import models as frontend_models
 from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantization_engine,
                                                    quantize_eager, random_batches,
                                                    seeded_float_model)
-from relay_ext.lowering.x86.saturation_free_int8 import multiplies_with_pmaddubsw
+# the signatures and the kernel kind are the library's (quantfuse profile uses them too);
+# re-exported for the scripts
+from relay_ext.latency.layer_pairing import (conv_signature, kernel_kind,  # noqa: F401
+                                             openvino_rows, peer_signature, splits_input)
 from relay_ext.schedules.task_choice import has_record, time_task
 
 logger = logging.getLogger(__name__)
-
-
-def splits_input(target: tvm.target.Target, groups: int) -> bool:
-    """Whether TVM's build for ``target`` runs a network's int8 conv of ``groups`` groups over
-    twice its input channels: a non-grouped conv on an llvm x86 target whose uint8 x int8
-    products go through ``vpmaddubsw`` (no VNNI), where
-    :mod:`relay_ext.lowering.x86.saturation_free_int8` splits its weights (see the module doc)."""
-    return groups == 1 and multiplies_with_pmaddubsw(target, "conv2d")
-
-
-def peer_signature(target: tvm.target.Target, cin: int, cout: int, groups: int, kernel: int,
-                   stride: int, height: int, width: int) -> Signature:
-    """A peer's conv (the network's channel counts) as TVM's build for ``target`` runs it:
-    channels padded, the input doubled where TVM splits the conv (:func:`splits_input`)."""
-    return (*tvm_channels(cin, cout, groups, splits_input(target, groups)), kernel, stride,
-            height, width)
-
-
-def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
-    """The signature of the task's convolution, or None when it has none; its channel counts
-    as :func:`tvm_channels` pads them, so that a host where TOPI does not pad them (no int8
-    layout) still matches the peers' padded ones. (Where TVM split the conv, its input is
-    already the doubled one: :func:`peer_signature` doubles the peers'.)"""
-    (_, func), = task.mod.functions.items()
-    found: List[Signature] = []
-
-    def visit(node):
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and \
-                "conv2d" in node.op.name and not found:
-            data = [int(d) for d in node.args[0].checked_type.shape]
-            out = [int(d) for d in node.checked_type.shape]
-            layout = str(node.attrs.data_layout)
-            channels = data[1] * (data[4] if len(data) == 5 else 1) if layout.startswith("NCHW") \
-                else data[3]
-            height, width = (out[2], out[3]) if layout.startswith("NCHW") else (out[1], out[2])
-            # padded as TOPI pads them where it does (idempotent where it already has)
-            cin, cout = tvm_channels(channels, int(node.attrs.channels), int(node.attrs.groups))
-            found.append((cin, cout, int(node.attrs.kernel_size[0]), int(node.attrs.strides[0]),
-                          height, width))
-
-    relay.analysis.post_order_visit(func.body, visit)
-    return found[0] if found else None
-
-
-def kernel_kind(lib) -> str:
-    """What int8 instructions a built module's code uses (see the module doc)."""
-    asm = lib.get_lib().get_source("asm")
-    if "tdpbusd" in asm:
-        return "AMX"
-    chains = {line.split(",")[-1].strip() for line in asm.splitlines() if "vpdpbusd" in line}
-    if chains:
-        return f"VNNI x{len(chains)}"
-    return "vpmaddubsw" if "vpmaddubsw" in asm else "no int8 dot"
 
 
 def tvm_layers(tasks, database: ms.Database, target, variant: str, rounds: int) -> List[Dict]:
@@ -187,23 +131,6 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int,
             hook.remove()
     layers = [{"module": n, **info[n], "ms": statistics.median(times[n])} for n in info]
     return layers, statistics.median(whole)
-
-
-def openvino_rows(profile, target: tvm.target.Target) -> List[Dict]:
-    """An :class:`relay_ext.peers.openvino_layers.OpenVINOProfile`'s nodes as peer rows: conv
-    nodes with their signature (channels as TVM's build for ``target`` runs them,
-    :func:`peer_signature`), every node with its kernel."""
-    rows = []
-    for layer in profile.layers:
-        signature = None
-        if layer.conv is not None:
-            c = layer.conv
-            signature = peer_signature(target, c.in_channels, c.out_channels, c.groups, c.kernel,
-                                       c.stride, c.out_height, c.out_width)
-        rows.append({"signature": signature, "ms": layer.ms, "name": layer.name,
-                     "kind": layer.exec_type + (" + add" if layer.residual_add else ""),
-                     "part": f"{layer.layer_type} ({layer.exec_type})"})
-    return rows
 
 
 def openvino_column(model: str, image_size: int, threads: int, rounds: int,

@@ -35,6 +35,7 @@ _LAZY = {
     "export": ("relay_ext.deploy.export", "export"),  # model.so + model.json, what bench timed
     "load": ("relay_ext.deploy.runtime", "load"),  # an exported model.so, TVM's runtime only
     "pass_config": ("relay_ext.lowering.config", "pass_config"),  # registers the converter
+    "profile": ("relay_ext.latency.profile", "profile"),  # each fused op's time inside the model
     "extract_tasks": ("relay_ext.tuning", "extract_tasks"),
     "run_module": ("relay_ext.measure.run", "run_module"),  # a compiled model on numpy inputs
     "tune": ("relay_ext.tuning", "tune"),

@@ -171,16 +171,23 @@ def print_bench(result, work_dir: Optional[Path], as_json: bool = False) -> None
     print("\n(no report.md or chart: they go to --work-dir)" if wrote is None else f"\n{wrote}")
 
 
-def cmd_bench(args) -> int:
-    from relay_ext.latency.run import bench
-    from relay_ext.workdir.files import open_tuned_database
-
+def cpu_run(args, command: str):
+    """The run description of a command that times the model on this CPU (``bench``,
+    ``profile``): the model, variant and target checked, the target one this host runs."""
     check_model(args)
     checked_variant(args.variant)
     run = run_description(args, resolve_target(args.target, args.variant, quiet=args.json))
     if run.target.kind.name != "llvm":
-        raise BadInput(f"bench runs on this CPU: --target must be llvm, got {args.target!r}")
+        raise BadInput(f"{command} runs on this CPU: --target must be llvm, got {args.target!r}")
     check_runs_here(run.target)
+    return run
+
+
+def cmd_bench(args) -> int:
+    from relay_ext.latency.run import bench
+    from relay_ext.workdir.files import open_tuned_database
+
+    run = cpu_run(args, "bench")
     work_dir = None if args.work_dir is None else Path(args.work_dir)
     database = None  # no work dir: bench times the no-search build
     if work_dir is not None:
@@ -195,4 +202,43 @@ def cmd_bench(args) -> int:
                    threads=args.threads, choose_per_task=not args.keep_slower_records,
                    peers=not args.no_peers)
     print_bench(result, work_dir, as_json=args.json)
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from relay_ext.latency.profile import has_records, profile
+    from relay_ext.latency.profile_report import profile_text
+    from relay_ext.workdir.files import open_tuned_database
+
+    run = cpu_run(args, "profile")
+    if args.png is not None:
+        png = Path(args.png)
+        if png.suffix.lower() != ".png":
+            raise BadInput(f"--png {args.png!r}: the chart is a PNG file; name it ....png")
+        if not os.access(png.parent if str(png.parent) else ".", os.W_OK):
+            raise BadInput(f"cannot write --png {args.png!r}: its directory is missing or not "
+                           "writable")
+    work_dir = None if args.work_dir is None else writable_dir(args.work_dir)
+    database = None  # a work dir without records: the no-search build, its chart goes there
+    if work_dir is not None and has_records(work_dir):
+        database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
+        work_dir_checked(run.check_tuned_for, work_dir)
+    loaded = load_model(args)
+    if loaded.output_scale is None:
+        raise BadInput(f"model {loaded.name!r} is not quantized; profile times int8 models")
+    warn_if_generic_llvm(args.target, run.target)
+    result = profile(loaded, target=run.target, work_dir=work_dir, records=database,
+                     threads=args.threads, rounds=args.rounds, variant=run.variant,
+                     choose_per_task=not args.keep_slower_records,
+                     openvino=not args.no_openvino, png=args.png)
+    wrote = None if result.chart is None else f"wrote {result.chart}"
+    if args.json:
+        print(result.to_json())
+        for line in (result.chart_note, wrote):
+            if line:
+                print(line, file=sys.stderr)
+        return 0
+    print(profile_text(result))
+    if wrote:
+        print(f"\n{wrote}")
     return 0

@@ -22,9 +22,14 @@ from relay_ext.lowering.toolchain import MissingCCompiler  # stdlib only: 'run' 
 COMMANDS = {"models": ("commands", "cmd_models"), "fusion": ("commands", "cmd_fusion"),
             "tune": ("commands", "cmd_tune"), "bench": ("commands", "cmd_bench"),
             "demo": ("demo", "cmd_demo"), "export": ("deploy_commands", "cmd_export"),
-            "run": ("deploy_commands", "cmd_run")}
+            "run": ("deploy_commands", "cmd_run"), "profile": ("commands", "cmd_profile")}
 # commands whose TVM log lines are not kept in a file: 'run' needs TVM's runtime alone
 NO_NATIVE_LOG = ("models", "run")
+# what a command does, for the line a crash prints ("... while tuning model resnet18"); loading
+# the model is its own step, "importing" (relay_ext.cli.inputs.load_model)
+COMMAND_STEPS = {"models": "listing the built-in models", "fusion": "reporting the fusion of",
+                 "tune": "tuning", "bench": "benchmarking", "demo": "running the demo",
+                 "export": "exporting", "run": "running", "profile": "profiling"}
 
 
 def command_function(name: str):

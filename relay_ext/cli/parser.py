@@ -15,6 +15,8 @@ the command line of quantfuse:
     quantfuse tune ... --rpc 127.0.0.1:9190:cpu   # measure on a TVM RPC tracker's servers
     quantfuse bench --model resnet18 --target llvm --work-dir work   # vs PyTorch/ORT/OpenVINO/Inductor
     quantfuse bench --model resnet18 --target host   # no tuning: the no-search build vs the same
+    quantfuse profile --model resnet18 --target host [--work-dir w] [--json] [--png p.png]
+                                         # each fused op's time inside the model, vs OpenVINO's
     quantfuse demo [--work-dir D]        # fusion, short tune, accuracy, bench on tiny_resnet
     quantfuse export --model resnet18 --target host --work-dir w --out model.so   # + model.json
     quantfuse run --lib model.so --input x.npy [--out y.npy] [--repeat 20] [--rpc H:P:KEY]
@@ -91,6 +93,18 @@ COMMANDS = {
               "did not run) in interleaved rounds on the same input with "
               "the same thread count; print a table with ratios and the fastest peer, and write "
               "report.md and latency.png into the work dir (none without one)."),
+    "profile": ("where the time goes: each fused op's time inside the model, vs OpenVINO's "
+                "layers",
+                "Build the model as bench builds its main row (the work dir's tuned records when "
+                "it holds them, else the no-search build), run it in TVM's debug executor and "
+                "print each fused op's time inside the model (all its calls, median of --rounds "
+                "runs) and share of the run, slowest first, with the convolution it runs, what "
+                "scheduled it and the int8 instructions in its code; the executor's own time "
+                "between kernels; the whole model's latency without the profiler. Where "
+                "OpenVINO is installed and reads the model (an ONNX file, or a built-in model's "
+                "ONNX export), its own per-layer counters beside: each TVM convolution paired "
+                "with OpenVINO's of the same shape. A bar chart goes to --png, else "
+                "profile.png in the work dir."),
     "export": ("write what bench timed as model.so + model.json (TVM runtime only)",
                "Build the model exactly as 'quantfuse bench' builds its tuned row (the work dir's "
                "records under the per-task choice, timed with --threads threads; without "
@@ -192,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true",
                        help="print the result as one JSON object on stdout (model, target, "
                             "threads, host_flags, rows with median/min/max ms, max_steps ...)")
+    add_profile_command(command, model)
     add_deploy_commands(command, model)
     demo = command("demo")
     demo.add_argument("--work-dir", default=None,
@@ -201,6 +216,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--image-size", type=positive_int, default=32,
                       help="input image size (default 32)")
     return parser
+
+
+def add_profile_command(command, model) -> None:
+    """``profile``: ``command(name, *parents)`` adds a subcommand."""
+    profile = command("profile", model)
+    profile.add_argument("--work-dir", default=None,
+                         help="a work dir: its tuned build is profiled when 'quantfuse tune' "
+                              "filled it (else the no-search build); profile.png goes there "
+                              "(default: none, no chart unless --png)")
+    profile.add_argument("--variant", default="ours", help="rule set it was tuned with "
+                         "(default ours)")
+    profile.add_argument("--threads", type=positive_int, default=None,
+                         help="threads for TVM and OpenVINO (default: all CPUs)")
+    profile.add_argument("--rounds", type=positive_int, default=10,
+                         help="profiled runs; each op's median is reported (default 10)")
+    profile.add_argument("--png", default=None,
+                         help="write the bar chart here (default: profile.png in --work-dir)")
+    profile.add_argument("--no-openvino", action="store_true",
+                         help="TVM's side only (OpenVINO's column needs openvino and an ONNX "
+                              "model or a built-in model's export)")
+    profile.add_argument("--keep-slower-records", action="store_true",
+                         help="build as 'bench --keep-slower-records': no task timed against "
+                              "TVM's default schedule first")
+    profile.add_argument("--json", action="store_true",
+                         help="print the profile as one JSON object on stdout (rows with name, "
+                              "calls, ms, share, layer, schedule, kernel, openvino_ms ...)")
 
 
 def add_deploy_commands(command, model) -> None:

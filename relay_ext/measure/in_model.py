@@ -23,7 +23,7 @@ import collections
 import logging
 import statistics
 import tempfile
-from typing import Dict, Mapping
+from typing import Dict, List, Mapping
 
 import numpy as np
 import tvm
@@ -63,6 +63,14 @@ def _one_run(module) -> Dict[str, float]:
         totals[name] += call["Duration (us)"].microseconds / 1e3
         calls[name] += 1
     return {name: totals[name] / calls[name] for name in totals}
+
+
+def profiled_runs(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], rounds: int = ROUNDS) -> List:
+    """``rounds`` profiled runs of one build in the debug executor (after a warm-up run): each
+    run's ``tvm.runtime.profiling.Report``, every kernel call timed and the run's total."""
+    with tempfile.TemporaryDirectory(prefix="quantfuse-profile-") as dump_root:
+        module = _debug_module(lib, inputs, dump_root)
+        return [module.profile() for _ in range(rounds)]
 
 
 def profile_in_model(libs: Mapping[str, tvm.runtime.Module], inputs: Mapping[str, np.ndarray],

@@ -1,0 +1,161 @@
+"""relay_ext.profile on tiny_resnet at 16x16 (one build, profiled once for the module): a row per
+fused op of the build, times that add up to the debug executor's run, the JSON form, the PNG
+chart, OpenVINO's paired layers where it reads the model and the reason where it does not."""
+
+import dataclasses
+import importlib.util
+import json
+import sys
+import types
+
+import pytest
+
+from relay_ext.latency import layer_pairing, profile as profile_module
+from relay_ext.latency.profile_report import profile_text, short_name
+from relay_ext.latency.profile_result import Profile, ProfileRow
+from relay_ext.lowering import targets
+from relay_ext.measure.in_model import kernel_name
+
+from conftest import AVX2
+
+OPENVINO_HERE = all(importlib.util.find_spec(name) is not None
+                    for name in ("openvino", "onnx", "onnxruntime"))
+
+
+@pytest.fixture(scope="module")
+def profiled(tiny, tmp_path_factory):
+    """(the profile, the graph's kernel names of the build it profiled, the work dir)."""
+    if targets.missing_features(AVX2):
+        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    work_dir = tmp_path_factory.mktemp("profile")
+    built = []
+    compile_ = profile_module.compile
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profile_module, "compile",
+                      lambda *args, **kwargs: built.append(compile_(*args, **kwargs)) or built[-1])
+        result = profile_module.profile(tiny, target=AVX2, work_dir=work_dir, threads=1,
+                                        rounds=3, choose_per_task=False)
+    graph = json.loads(built[0].lib.get_graph_json())
+    kernels = {kernel_name(node["attrs"]["func_name"]) for node in graph["nodes"]
+               if node["op"] == "tvm_op" and node["attrs"]["func_name"] != "__nop"}
+    return result, kernels, work_dir
+
+
+def test_every_fused_op_of_the_build_has_a_row_with_its_calls(profiled):
+    result, kernels, _ = profiled
+    assert {row.name for row in result.rows} == kernels
+    assert result.schedule == "no-search" and result.threads == 1 and result.rounds == 3
+    # tiny_resnet calls its 16->16 conv twice (conv1, conv2 with the shortcut)
+    assert sum(row.calls for row in result.rows) > len(result.rows)
+    assert all(row.kernel for row in result.rows), result.rows  # read from each one's code
+    assert {row.schedule for row in result.rows} <= {"no-search", "default"}
+    assert [row.ms for row in result.rows] == sorted((row.ms for row in result.rows), reverse=True)
+
+
+def test_times_are_positive_and_add_up_to_the_profiled_run(profiled):
+    result, _, _ = profiled
+    assert all(row.ms > 0 for row in result.rows), result.rows
+    assert result.layers_ms == pytest.approx(sum(row.ms for row in result.rows))
+    # the kernels run inside the run the debug executor times; the rest is the executor's
+    assert 0.1 * result.run_ms < result.layers_ms <= result.run_ms
+    assert result.between_kernels_ms == pytest.approx(result.run_ms - result.layers_ms)
+    assert sum(row.share for row in result.rows) == pytest.approx(result.layers_ms / result.run_ms)
+    assert result.model_ms > 0
+
+
+def test_the_json_round_trips(profiled):
+    result, _, _ = profiled
+    text = result.to_json()
+    assert Profile.from_json(text) == result
+    data = json.loads(text)
+    assert {"name", "calls", "ms", "share", "layer", "schedule", "kernel",
+            "openvino_ms"} <= set(data["rows"][0])
+
+
+def test_the_chart_is_a_png_in_the_work_dir(profiled):
+    from PIL import Image
+
+    result, _, work_dir = profiled
+    assert result.chart == str(work_dir / "profile.png") and result.chart_note is None
+    with Image.open(result.chart) as image:
+        assert image.format == "PNG" and image.size[0] > 0 and image.size[1] > 0
+
+
+@pytest.mark.skipif(not OPENVINO_HERE, reason="OpenVINO's column needs openvino, onnx and "
+                    "onnxruntime: pip install 'quantfuse[peers,onnx]'")
+def test_each_conv_call_is_paired_with_an_openvino_layer(profiled):
+    result, _, _ = profiled
+    assert result.openvino is not None, result.openvino_note
+    assert result.openvino.onnx_file.endswith(".onnx") and result.openvino.model_ms > 0
+    convs = [row for row in result.rows if row.layer is not None]
+    assert convs and all(row.layer.startswith("conv ") for row in convs)
+    for row in convs:
+        assert len(row.openvino_layers) == row.calls, row
+        assert row.openvino_ms > 0 and row.openvino_kernel, row
+    assert all(not row.openvino_layers for row in result.rows if row.layer is None)
+    paired = sum(len(row.openvino_layers) for row in result.rows)
+    assert paired + len(result.openvino.unpaired) > paired  # the FC, pooling, reorders are left
+    assert "OpenVINO ms" in profile_text(result)
+
+
+@pytest.mark.skipif(OPENVINO_HERE, reason="checks the reason given where openvino is missing")
+def test_without_openvino_its_column_is_absent_with_the_reason(profiled):
+    result, _, _ = profiled
+    assert result.openvino is None and "openvino" in result.openvino_note.lower()
+    assert f"no OpenVINO column: {result.openvino_note}" in profile_text(result)
+
+
+def test_a_model_openvino_cannot_read_gets_the_reason(tiny, tmp_path):
+    """A TorchScript model (no ONNX file, no built-in export): no file for OpenVINO, and why."""
+    path, why = profile_module.openvino_source(dataclasses.replace(tiny, builtin=None), tmp_path)
+    assert path is None and "ONNX" in why and tiny.name in why
+
+
+def test_the_text_names_every_op_and_the_totals(profiled):
+    result, _, _ = profiled
+    text = profile_text(result)
+    for row in result.rows:
+        assert short_name(row.name) in text
+    assert short_name("a" * 50 + "_conv_1", 20) == "aaaaaaaaa...a_conv_1"
+    for line in ("executor, between kernels", "sum of the fused ops",
+                 "one profiled run (debug executor)", "whole model, no profiler (as bench)"):
+        assert line in text
+
+
+def test_without_matplotlib_the_chart_note_says_so_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    result = Profile("m", [1, 3, 8, 8], "llvm", "no-search", "ours", 1, 1,
+                     [ProfileRow("fused_nn_conv2d", 0.2, 0.5, 1)], 0.2, 0.4, 0.3)
+    profile_module.attach_chart(result, tmp_path / "p.png")
+    assert result.chart is None and "matplotlib is not installed" in result.chart_note
+    assert "\n" not in result.chart_note and result.chart_note in profile_text(result)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_the_nth_conv_of_a_shape_meets_the_peers_nth():
+    a, b = (16, 16, 3, 1, 8, 8), (8, 16, 3, 1, 8, 8)
+    calls = [("stem", b), ("pool", None), ("conv", a), ("conv_add", a), ("conv", a)]
+    peer = [{"signature": b, "name": "p_stem"}, {"signature": None, "name": "p_reorder"},
+            {"signature": a, "name": "p1"}, {"signature": a, "name": "p2"},
+            {"signature": a, "name": "p3"}, {"signature": a, "name": "p4"}]
+    paired, left = layer_pairing.pair_calls(calls, peer)
+    assert {name: [row["name"] for row in rows] for name, rows in paired.items()} == \
+        {"stem": ["p_stem"], "conv": ["p1", "p3"], "conv_add": ["p2"]}
+    assert [row["name"] for row in left] == ["p_reorder", "p4"]  # in the peer's order
+
+
+def test_kernel_times_sum_each_kernels_calls_per_run():
+    def report(durations, total):
+        duration = types.SimpleNamespace
+        calls = [{"Name": name, "Duration (us)": duration(microseconds=us)}
+                 for name, us in durations]
+        return types.SimpleNamespace(calls=calls, device_metrics={
+            "cpu0": {"Duration (us)": duration(microseconds=total)}})
+
+    prefix = "tvmgen_default_"
+    runs = [report([(prefix + "a", 100), (prefix + "b", 50), ("__nop", 1), (prefix + "a", 120)], 400),
+            report([(prefix + "a", 90), (prefix + "b", 60), ("__nop", 1), (prefix + "a", 110)], 380)]
+    per_run, calls, order, totals = profile_module.kernel_times(runs)
+    assert per_run == {"a": pytest.approx([0.22, 0.2]), "b": pytest.approx([0.05, 0.06])}
+    assert calls == {"a": 2, "b": 1} and order == ["a", "b", "a"]
+    assert totals == pytest.approx([0.4, 0.38])
