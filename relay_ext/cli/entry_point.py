@@ -1,7 +1,9 @@
 """The entry point: parse, run the command with TVM's native log lines kept in a file, map what
 went wrong to one line and an exit code (2 bad input, 1 failure, 130 interrupted). A TVM failure
 that no input explains says "this is a quantfuse bug" and, when it was wrapped as a
-:class:`~meta_rules.base.tvm_errors.QuantfuseBug`, the op, task or step it struck."""
+:class:`~meta_rules.base.tvm_errors.QuantfuseBug`, the op, task or step it struck. The command runs
+inside a :func:`~relay_ext.cli.crash_report.step` naming it, for the line a crash in native code
+prints."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from relay_ext.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
+from relay_ext.cli.crash_report import note, step
 from relay_ext.cli.parser import BadInput, build_parser
 from relay_ext.lowering.toolchain import MissingCCompiler  # stdlib only: 'run' stays light
 
@@ -53,9 +56,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "demo" and args.work_dir is None:
             args.work_dir = tempfile.mkdtemp(prefix="quantfuse-demo-")
         command = command_function(args.command)
-        if verbose or args.command in NO_NATIVE_LOG:
-            return command(args)
-        return _with_native_log(args, command)
+        with step(COMMAND_STEPS.get(args.command, f"running {args.command}"),
+                  model=getattr(args, "model", None) or getattr(args, "lib", None)):
+            if verbose or args.command in NO_NATIVE_LOG:
+                return command(args)
+            return _with_native_log(args, command)
     except SystemExit as exit_:  # --help
         return exit_.code if isinstance(exit_.code, int) else 0
     except (BadInput, MissingCCompiler) as error:  # what the user's machine or input lacks
@@ -98,6 +103,7 @@ def _with_native_log(args, command) -> int:
     from relay_ext.cli.native_log import native_log_to
 
     captured = Path(tempfile.mkdtemp(prefix="quantfuse-log-")) / TVM_LOG_FILE
+    note(native_log=captured)  # a crash leaves TVM's lines there
     bad_input = False
     try:
         with native_log_to(captured) as log:

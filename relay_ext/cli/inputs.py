@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
+from relay_ext.cli.crash_report import step
 from relay_ext.cli.parser import BadInput
 
 logger = logging.getLogger("quantfuse")
@@ -110,7 +111,8 @@ def load_model(args):
 
     options = _model_options(args)
     try:
-        return load(args.model, **options)
+        with step("importing", model=args.model):  # named by the line a crash prints
+            return load(args.model, **options)
     except (ValueError, FileNotFoundError) as error:
         raise BadInput(str(error).splitlines()[0]) from None
 
