@@ -5,6 +5,7 @@ reference runtime its outputs are checked against).
     model = relay_ext.load_model("resnet18", image_size=224)                 # built-in, int8
     model = relay_ext.load_model("net.pt", input_shape=(1, 3, 224, 224))     # quantized TorchScript
     model = relay_ext.load_model("net_qdq.onnx")        # QDQ ONNX: its input shape is read from it
+    model = relay_ext.load_model("net_qop.onnx")        # QOperator ONNX (QLinearConv, ...): as QDQ
     model = relay_ext.load_model("net.pt2")             # PT2E program (torch.export.save; torchao)
 
 The format comes from the file's suffix (:func:`model_format`): ``.onnx`` ONNX, ``.pt2`` a PT2E
@@ -112,7 +113,8 @@ def load_model(
 ) -> LoadedModel:
     """The model ``source`` names, loaded for TVM: a built-in model (``batch_size`` x 3 x
     ``image_size`` x ``image_size``, random weights from ``seed``), a quantized TorchScript file
-    (``input_shape`` required), a QDQ ONNX file (``input_shape`` only for a dynamic input) or a
+    (``input_shape`` required), a QDQ or QOperator ONNX file (``input_shape`` only for a dynamic
+    input; the format is read from the file) or a
     PT2E program (``.pt2``; ``input_shape``, when given, must be the program's). ``layout``
     "NHWC" converts the Relay module's convolutions; the input stays NCHW. ``seed`` also draws the
     example input. Errors: see the module doc."""

@@ -1,6 +1,8 @@
-"""PyTorch float models to quantized ONNX (QDQ), the way an ONNX Runtime user quantizes them.
+"""PyTorch float models to quantized ONNX (QDQ or QOperator), the way an ONNX Runtime user
+quantizes them.
 
     path = export_quantized("resnet50", "/tmp/resnet50_int8.onnx", image_size=224)
+    path = export_quantized("resnet18", "/tmp/resnet18_qop.onnx", quant_format=QOPERATOR)
 
 :func:`export_quantized` takes one of quantfuse's built-in models with the weights
 :func:`relay_ext.frontend.models.load` gives it (same seed), exports the float network with PyTorch's
@@ -9,7 +11,9 @@ pre-processing (shape inference, graph optimization) and quantizes it with ONNX 
 ``quantize_static`` in QDQ format: uint8 activations, int8 weights (per channel by default),
 MinMax calibration on the random batches ``load`` calibrates PyTorch's model with. So a benchmark
 can time ONNX Runtime's int8 execution of the same network, and TVM can import the ONNX file
-(:func:`relay_ext.frontend.onnx_import.from_onnx`).
+(:func:`relay_ext.frontend.onnx_import.from_onnx`). ``quant_format=QOPERATOR`` writes the same
+quantization in ONNX Runtime's QOperator format instead (``QLinearConv``, ``QLinearAdd``,
+``QGemm``, ...), as model zoos ship it.
 
 :func:`export_float_onnx` and :func:`quantize_qdq` are the two steps, for any ``nn.Module``.
 """
@@ -34,6 +38,7 @@ from relay_ext.frontend.optional_deps import require_onnx, require_onnxruntime_q
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 13  # the first with per-axis QuantizeLinear/DequantizeLinear; TVM 0.19 reads it
+QDQ, QOPERATOR = "QDQ", "QOperator"  # ONNX Runtime's QuantFormat names
 
 
 def export_float_onnx(
@@ -70,11 +75,17 @@ def quantize_qdq(
     calibration_batches: Sequence[np.ndarray],
     input_name: str = models.DEFAULT_INPUT_NAME,
     per_channel: bool = True,
+    quant_format: str = QDQ,
+    reduce_range: bool = False,
 ) -> Path:
-    """ONNX Runtime's pre-processing and static quantization of a float ONNX model, in QDQ format:
-    uint8 activations, int8 weights (per output channel when ``per_channel``), MinMax calibration
-    on ``calibration_batches`` (each of the model's input shape)."""
+    """ONNX Runtime's pre-processing and static quantization of a float ONNX model, in QDQ format
+    (``quant_format`` :data:`QOPERATOR`: QOperator format): uint8 activations, int8 weights (per
+    output channel when ``per_channel``; 7-bit when ``reduce_range``, which keeps ONNX Runtime's
+    int8 kernels from saturating on CPUs without VNNI), MinMax calibration on
+    ``calibration_batches`` (each of the model's input shape)."""
     quantization = require_onnxruntime_quantization()
+    if quant_format not in (QDQ, QOPERATOR):
+        raise ValueError(f"quant_format must be {QDQ!r} or {QOPERATOR!r}, got {quant_format!r}")
     path = Path(path)
     batches = [{input_name: np.ascontiguousarray(batch, dtype=np.float32)} for batch in calibration_batches]
     if not batches:
@@ -94,13 +105,14 @@ def quantize_qdq(
             str(preprocessed),
             str(path),
             Batches(),
-            quant_format=quantization.QuantFormat.QDQ,
+            quant_format=getattr(quantization.QuantFormat, quant_format),
             activation_type=quantization.QuantType.QUInt8,
             weight_type=quantization.QuantType.QInt8,
             per_channel=per_channel,
+            reduce_range=reduce_range,
             calibrate_method=quantization.CalibrationMethod.MinMax,
         )
-    logger.info("quantized %s to %s (QDQ, %d calibration batches)", float_path, path, len(batches))
+    logger.info("quantized %s to %s (%s, %d calibration batches)", float_path, path, quant_format, len(batches))
     return path
 
 
@@ -111,10 +123,12 @@ def export_quantized(
     image_size: int = 224,
     seed: int = models.DEFAULT_SEED,
     per_channel: bool = True,
+    quant_format: str = QDQ,
 ) -> Path:
     """Export the built-in model ``name`` (weights of :func:`relay_ext.frontend.models.load` with the same
-    ``seed``) to ONNX and quantize it QDQ with ONNX Runtime (see the module doc), calibrated on the
-    same random samples as ``load``'s PyTorch model. Returns ``path``."""
+    ``seed``) to ONNX and quantize it with ONNX Runtime in ``quant_format`` (QDQ by default, see
+    the module doc), calibrated on the same random samples as ``load``'s PyTorch model. Returns
+    ``path``."""
     spec = models._model_spec(name)  # pylint: disable=protected-access
     models._check_load_arguments(spec, batch_size, image_size, "NCHW")  # pylint: disable=protected-access
     input_shape = spec.input_shape(batch_size, image_size)
@@ -125,7 +139,8 @@ def export_quantized(
     path = Path(path)
     with tempfile.TemporaryDirectory() as scratch:
         float_path = export_float_onnx(float_model, calibration[0], Path(scratch) / f"{name}_float.onnx")
-        return quantize_qdq(float_path, path, calibration, per_channel=per_channel)
+        return quantize_qdq(float_path, path, calibration, per_channel=per_channel,
+                            quant_format=quant_format)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Quantized ONNX models (QDQ, as ONNX Runtime's ``quantize_static`` writes them) as Relay modules.
+"""Quantized ONNX models (QDQ or QOperator, as ONNX Runtime's ``quantize_static`` writes them) as
+Relay modules.
 
     loaded = from_onnx("model.onnx")                       # a relay_ext.frontend.models.LoadedModel
     loaded = from_onnx("model.onnx", input_shape=(1, 3, 224, 224))  # for a dynamic input
@@ -19,6 +20,11 @@ The reference runtime is ONNX Runtime on the CPU running the QDQ graph as writte
 CPUs without VNNI, see that module), and ``output_scale`` the scale of the ``DequantizeLinear``
 that produces the model's output, so :func:`relay_ext.report.accuracy.step_error` counts TVM's
 distance from the model in output steps.
+
+A QOperator file (``QLinearConv``, ``QLinearAdd``, ``QGemm``, ...) is first rewritten as the
+equivalent QDQ graph (:func:`~relay_ext.frontend.onnx_qoperator.to_qdq`), which the steps above
+import like ONNX Runtime's QDQ export of the same network; its reference runs that QDQ graph as
+written, and the peers of bench run the file as given.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tvm import relay
 from meta_rules.base.tvm_errors import tvm_error_message
 
 from relay_ext.frontend.models import DEFAULT_SEED, LoadedModel, check_layout, convert_to_nhwc, random_input
+from relay_ext.frontend.onnx_qoperator import QOPERATOR_OPS, qoperator_ops, to_qdq
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
 # integer_ops, check_integer_compute: the QNN passes shared with the PT2E import; op_counts and
 # FLOAT_COMPUTE_OPS are importable from here too.
@@ -43,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 # Nodes that make an ONNX model quantized: QDQ pairs, or ONNX Runtime's QOperator format.
 QUANTIZATION_OPS = frozenset(
-    {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
+    {"QuantizeLinear", "DequantizeLinear", "ConvInteger", "MatMulInteger", *QOPERATOR_OPS}
 )
 # Ops that only move or reshape data: a DequantizeLinear before them still sets the output's step.
 _SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
@@ -79,6 +86,11 @@ def from_onnx(
     input_name, model_shape = model_input(model)
     shape = resolve_input_shape(path, input_name, model_shape, input_shape)
     name = os.path.splitext(os.path.basename(path))[0]
+    qoperator = qoperator_ops(model)
+    if qoperator:
+        model = to_qdq(model)
+        logger.info("%s is in QOperator format (%s): imported as its QDQ equivalent", name,
+                    ", ".join(f"{count} {op}" for op, count in sorted(qoperator.items())))
     try:
         mod, params = relay.frontend.from_onnx(model, shape={input_name: shape}, dtype="float32", freeze_params=True)
     except Exception as error:  # the frontend raises anything from asserts to TVMError
@@ -90,6 +102,7 @@ def from_onnx(
     scale = output_dequantize_scale(model)
     if layout == "NHWC":
         mod = convert_to_nhwc(mod)
+    reference = OnnxRuntimeReference(path, input_name, graph=model.SerializeToString() if qoperator else None)
     logger.info("imported %s (ONNX): input %s %s, output scale %s, layout %s", name, input_name, shape, scale, layout)
     return LoadedModel(
         name=name,
@@ -102,8 +115,8 @@ def from_onnx(
         output_scale=scale,
         layout=layout,
         quantized=True,
-        reference=OnnxRuntimeReference(path, input_name),
-        reference_name=OnnxRuntimeReference.name,
+        reference=reference,
+        reference_name=reference.name,
     )
 
 
@@ -122,7 +135,7 @@ def _load(onnx: Any, path: str) -> Any:
 
 
 def is_quantized(model: Any) -> bool:
-    """Whether the ONNX graph has quantization nodes (QDQ pairs or QLinear ops)."""
+    """Whether the ONNX graph has quantization nodes (QDQ pairs, QLinear ops or QGemm)."""
     return any(node.op_type in QUANTIZATION_OPS for node in model.graph.node)
 
 

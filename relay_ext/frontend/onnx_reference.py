@@ -5,7 +5,11 @@ Two ways ONNX Runtime runs a QDQ model, and why the reference is the first:
 * **As written** (graph optimizations off): every ``DequantizeLinear``, float op and
   ``QuantizeLinear`` runs as the file has it, which is what the model means by the ONNX
   specification. :class:`OnnxRuntimeReference` runs a model so; it is what
-  :attr:`relay_ext.frontend.models.LoadedModel.reference` holds for an ONNX model.
+  :attr:`relay_ext.frontend.models.LoadedModel.reference` holds for an ONNX model. A QOperator
+  file's ``QLinearConv``, ``QLinearAdd``, ... have no float form: the reference runs the file's
+  QDQ equivalent as written (:mod:`relay_ext.frontend.onnx_qoperator`), which is what those ops
+  mean by their specifications (their integer kernels agree with it to the step wherever they do
+  not saturate, see the next point).
 * **Int8** (ONNX Runtime's default, all optimizations): the QDQ groups are fused into integer
   kernels (QLinearConv, MatMulIntegerToFloat, ...). That is what users deploy, and a peer
   runtime of bench (:mod:`relay_ext.peers.onnx_runtime`), whose int8 kernels can stray from the
@@ -62,26 +66,39 @@ class OnnxRuntimeReference:
     optimizations off: QDQ evaluated op by op, see the module doc), as a function of the input.
 
     ``path`` is the model file, so that a benchmark can open its own int8 session on it with its
-    own thread count (:func:`relay_ext.peers.onnx_runtime.onnxruntime_timer`). The session is
-    opened on first use.
+    own thread count (:func:`relay_ext.peers.onnx_runtime.onnxruntime_timer`). ``graph``, when
+    given, is the model ONNX Runtime runs as written instead of the file: the QDQ equivalent of a
+    QOperator file (:func:`relay_ext.frontend.onnx_qoperator.to_qdq`), whose QLinear ops have no
+    float form to run; :attr:`name` says so. The session is opened on first use.
     """
 
     name = "ONNX Runtime (QDQ as written)"
+    QOPERATOR_NAME = "ONNX Runtime (the QOperator file as QDQ, as written)"
 
-    def __init__(self, path: str | os.PathLike, input_name: str, threads: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, input_name: str, threads: int | None = None,
+                 graph: bytes | None = None) -> None:
         self.path = os.fspath(path)
         self.input_name = input_name
         self.threads = threads
+        self.graph = graph
+        if graph is not None:
+            self.name = self.QOPERATOR_NAME
         self._session: Any = None
+
+    @property
+    def qdq_model(self) -> ModelSource:
+        """The QDQ model this reference runs: ``graph`` (bytes) when given, else the file's path."""
+        return self.graph if self.graph is not None else self.path
 
     @property
     def session(self) -> Any:
         if self._session is None:
-            self._session = onnxruntime_session(self.path, self.threads, optimized=False)
+            self._session = onnxruntime_session(self.qdq_model, self.threads, optimized=False)
         return self._session
 
     def __call__(self, data: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input_name: np.ascontiguousarray(data, dtype=np.float32)})[0]
 
     def __repr__(self) -> str:
-        return f"OnnxRuntimeReference({self.path!r}, {self.input_name!r})"
+        rewritten = ", graph=<QDQ equivalent>" if self.graph is not None else ""
+        return f"OnnxRuntimeReference({self.path!r}, {self.input_name!r}{rewritten})"

@@ -10,6 +10,12 @@ user's ``.onnx`` model. It is compiled once, before timing, for the ``CPU`` devi
 ``INFERENCE_NUM_THREADS`` = bench's ``--threads`` and the ``LATENCY`` performance hint (one stream:
 one inference at a time on those threads, as bench times every runtime).
 
+A QOperator file (``QLinearConv``, ``QLinearAdd``, ``QGemm``, ...) is given to OpenVINO as it is
+where OpenVINO reads it; where it cannot (OpenVINO 2026.4 converts neither ``QGemm`` and
+``QLinearGlobalAveragePool`` nor per-channel ``QLinearConv``), the row runs the file's QDQ
+equivalent (:func:`relay_ext.frontend.onnx_qoperator.to_qdq`, what quantfuse imports), is labelled
+``OpenVINO int8 (QDQ rewrite)``, and the log says why in one line (:func:`read_failure`).
+
 Its output is checked against the file's meaning, ONNX Runtime running the QDQ graph as written
 (:class:`relay_ext.frontend.onnx_reference.OnnxRuntimeReference`), in steps of the file's output
 scale (:func:`qdq_output_step`): within rounding where the CPU has VNNI. Without VNNI its int8
@@ -23,6 +29,8 @@ weights; on weights quantized to 7 bits the two agree again (the check's note sa
 from __future__ import annotations
 
 import importlib.metadata
+import io
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -36,7 +44,10 @@ from relay_ext.peers.base import (Peer, PeerModel, PeerUnavailable, Prepared, Sa
                                   first_line, installed)
 from relay_ext.report.accuracy import step_error
 
+logger = logging.getLogger(__name__)
+
 OPENVINO = "OpenVINO int8"
+QDQ_REWRITE = f"{OPENVINO} (QDQ rewrite)"  # its row on a QOperator file OpenVINO cannot read
 PERFORMANCE_HINT = "LATENCY"
 # Above this many output steps from the file as written, OpenVINO's int8 result is not rounding.
 ROUNDING_STEPS = 3
@@ -51,17 +62,39 @@ def openvino_version() -> str:
         return str(getattr(openvino, "__version__", "unknown")).split("-")[0]
 
 
-def openvino_compiled(path: str | os.PathLike, threads: int, perf_count: bool = False) -> Any:
-    """The ONNX file at ``path`` read and compiled by OpenVINO for its CPU plugin, on ``threads``
-    inference threads with the LATENCY hint (see the module doc); ``perf_count``: with OpenVINO's
-    per-node counters on (:mod:`relay_ext.peers.openvino_layers`)."""
+ModelSource = str | os.PathLike | bytes
+
+
+def read_openvino_model(model: ModelSource, core: Any = None) -> Any:
+    """The ONNX model (a file's path, or the model's bytes) read by OpenVINO (``core.read_model``;
+    default: a new ``Core``)."""
+    if core is None:
+        core = require_openvino().Core()
+    source = io.BytesIO(model) if isinstance(model, bytes) else os.fspath(model)
+    return core.read_model(source)
+
+
+def read_failure(error: BaseException) -> str:
+    """One line for why OpenVINO could not read a model: the summary of the ops its ONNX frontend
+    has no rule for or failed to convert, else the error's first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    summary = [line.removeprefix("-- ") for line in lines if line.startswith(("-- No conversion rule",
+                                                                               "-- Conversion is failed"))]
+    return "; ".join(summary)[:300] if summary else first_line(error)
+
+
+def openvino_compiled(path: ModelSource, threads: int, perf_count: bool = False) -> Any:
+    """The ONNX model at ``path`` (or the model's bytes) read and compiled by OpenVINO for its CPU
+    plugin, on ``threads`` inference threads with the LATENCY hint (see the module doc);
+    ``perf_count``: with OpenVINO's per-node counters on (:mod:`relay_ext.peers.openvino_layers`)."""
     if int(threads) < 1:
         raise ValueError(f"threads must be a positive number, got {threads!r}")
     openvino = require_openvino()
     core = openvino.Core()
-    model = core.read_model(os.fspath(path))
+    model = read_openvino_model(path, core)
     if len(model.inputs) != 1:
-        raise ValueError(f"{os.fspath(path)}: OpenVINO's row takes a model with one input, this one has "
+        shown = "the model" if isinstance(path, bytes) else os.fspath(path)
+        raise ValueError(f"{shown}: OpenVINO's row takes a model with one input, this one has "
                          f"{len(model.inputs)}")
     config = {"INFERENCE_NUM_THREADS": int(threads), "PERFORMANCE_HINT": PERFORMANCE_HINT}
     if perf_count:
@@ -69,9 +102,9 @@ def openvino_compiled(path: str | os.PathLike, threads: int, perf_count: bool = 
     return core.compile_model(model, "CPU", config)
 
 
-def openvino_timer(path: str | os.PathLike, example_input: np.ndarray, number: int,
+def openvino_timer(path: ModelSource, example_input: np.ndarray, number: int,
                    threads: int) -> tuple[np.ndarray, Callable[[], float]]:
-    """Compile ``path`` (:func:`openvino_compiled`), run it once on ``example_input`` (warm-up) and
+    """Compile ``path`` (a file or the model's bytes, :func:`openvino_compiled`), run it once on ``example_input`` (warm-up) and
     return its first output with a function that times one round: one untimed run (as every
     runtime's round in bench), then the mean seconds of ``number`` synchronous inferences."""
     if int(number) < 1:
@@ -132,11 +165,37 @@ class OpenVINOPeer(Peer):
         except MissingDependency:
             return None
 
+    def __init__(self) -> None:
+        self._read_failures: dict[str, str | None] = {}  # a QOperator file -> why OpenVINO cannot read it
+
     def available(self) -> tuple[bool, str | None]:
         return installed(require_openvino)
 
+    def label(self, model: PeerModel) -> str:
+        """``OpenVINO int8``, or :data:`QDQ_REWRITE` for a QOperator file OpenVINO cannot read."""
+        return QDQ_REWRITE if self._unreadable_qoperator(model) is not None else self.name
+
+    def _unreadable_qoperator(self, model: PeerModel) -> str | None:
+        """Why OpenVINO cannot read the model's QOperator file (None when it can, or the model is
+        not one); read once per file."""
+        reference = model.loaded.reference
+        if not model.is_onnx or getattr(reference, "graph", None) is None or not self.available()[0]:
+            return None
+        if reference.path not in self._read_failures:
+            try:
+                read_openvino_model(reference.path)
+                self._read_failures[reference.path] = None
+            except Exception as error:  # pylint: disable=broad-except - RuntimeError & co
+                self._read_failures[reference.path] = read_failure(error)
+        return self._read_failures[reference.path]
+
     def prepare(self, model: PeerModel, number: int, threads: int) -> Prepared:
         loaded, path = model.loaded, model.qdq_file
+        unreadable = self._unreadable_qoperator(model)
+        if unreadable is not None:
+            logger.info("OpenVINO cannot read %s (%s); its row, %r, runs the file's QDQ equivalent",
+                        path, unreadable, QDQ_REWRITE)
+            path = loaded.reference.graph
         if path is None:
             raise PeerUnavailable("no ONNX file to read: OpenVINO runs an .onnx model, or a "
                                   "built-in model's ONNX export (which needs the onnx extra)")
@@ -150,5 +209,5 @@ class OpenVINOPeer(Peer):
                 reference, expected = ort.name, ort(loaded.example_input)
                 step = qdq_output_step(path, expected)
         except Exception as error:  # pylint: disable=broad-except - OpenVINO raises RuntimeError & co
-            raise PeerUnavailable(f"OpenVINO failed: {first_line(error)}") from error
+            raise PeerUnavailable(f"OpenVINO failed: {read_failure(error)}") from error
         return Prepared(timer, reference, step_error(output, expected, step).max_steps)

@@ -17,10 +17,11 @@ def bench_peers() -> list[Peer]:
 
 
 def saturation_note(label: str, max_steps: float, cpu_flags: frozenset[str] | None) -> str | None:
-    """Why bench's row ``label`` (a peer's name) is ``max_steps`` output steps from its reference,
-    when its int8 kernels saturate 16-bit sums on a CPU (``cpu_flags``) without VNNI and that is
-    more than rounding (:meth:`relay_ext.peers.base.Saturation.note`); None otherwise."""
+    """Why bench's row ``label`` (a peer's name, or its name and a note in parentheses) is
+    ``max_steps`` output steps from its reference, when its int8 kernels saturate 16-bit sums on a
+    CPU (``cpu_flags``) without VNNI and that is more than rounding (:meth:`relay_ext.peers.base.Saturation.note`); None otherwise."""
     for peer in bench_peers():
-        if peer.name == label and peer.saturation is not None:
+        named = label == peer.name or label.startswith(peer.name + " (")
+        if named and peer.saturation is not None:
             return peer.saturation.note(max_steps, cpu_flags)
     return None
