@@ -33,7 +33,7 @@ from tvm import relay
 from meta_rules.base.tvm_errors import tvm_error_message
 
 from relay_ext.frontend import quantizable_nets
-from relay_ext.frontend import torch_quantized_ops
+from relay_ext.frontend import torch_quantized_ops, transformer_nets
 from relay_ext.frontend.eager_quantization import (quantize_eager, quiet_torch_quantization_warnings, random_batches,
                                  seeded_float_model)
 
@@ -119,11 +119,18 @@ class ModelSpec:
 
     build: Callable[[], nn.Module]
     description: str
-    # Image models take (batch, 3, image_size, image_size); the others (batch, feature_count).
+    # Image models take (batch, 3, image_size, image_size); the others (batch, feature_count) or
+    # (batch, *sample_shape).
     feature_count: int | None = None
     min_image_size: int = 32
+    sample_shape: tuple[int, ...] | None = None
+    # Quantized by ONNX Runtime from its ONNX export (relay_ext.frontend.builtin_onnx), not by
+    # PyTorch's eager mode: the reference is ONNX Runtime, and there is no TorchScript module.
+    through_onnx: bool = False
 
     def input_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+        if self.sample_shape is not None:
+            return (batch_size, *self.sample_shape)
         if self.feature_count is not None:
             return (batch_size, self.feature_count)
         return (batch_size, 3, image_size, image_size)
@@ -138,6 +145,11 @@ MODELS: dict[str, ModelSpec] = {
         quantizable_nets.TinyResNet,
         "3 convs (8 channels), residual add+ReLU, global pool, linear; for tiny tuning runs",
         min_image_size=4,
+    ),
+    "tiny_bert": ModelSpec(
+        transformer_nets.TinyBert,
+        "BERT-style encoder on (1, 32, 64) embeddings: 2 layers, 4 heads, GELU, LayerNorm, 10 classes",
+        sample_shape=(32, 64), through_onnx=True,
     ),
 }
 
@@ -161,10 +173,15 @@ def load(
 
     Weights are random (``seed``), calibration uses random normal batches; the example input is
     another random normal batch. ``image_size`` is ignored by models that take feature vectors
-    ("mlp").
+    ("mlp") or embeddings ("tiny_bert", quantized by ONNX Runtime: see
+    :mod:`relay_ext.frontend.builtin_onnx`).
     """
     spec = _model_spec(name)
     _check_load_arguments(spec, batch_size, image_size, layout)
+    if spec.through_onnx:
+        # builds on this module, as from_exported_program does (see __getattr__)
+        builtin_onnx = importlib.import_module(f"{__package__}.builtin_onnx")
+        return builtin_onnx.load_through_onnx(name, batch_size, image_size, layout, seed)
     input_shape = spec.input_shape(batch_size, image_size)
     logger.info("building quantized %s for input %s (seed %d)", name, input_shape, seed)
     float_model = seeded_float_model(spec.build, seed)
@@ -322,7 +339,7 @@ def _check_load_arguments(spec: ModelSpec, batch_size: int, image_size: int, lay
     check_layout(layout)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if spec.feature_count is None and (not isinstance(image_size, int) or image_size < spec.min_image_size):
+    if spec.feature_count is None and spec.sample_shape is None and (not isinstance(image_size, int) or image_size < spec.min_image_size):
         raise ValueError(f"image_size must be an integer >= {spec.min_image_size} for this model, got {image_size!r}")
 
 

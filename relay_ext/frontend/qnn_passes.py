@@ -3,8 +3,10 @@ module of ``qnn.quantize`` / ``qnn.dequantize`` around float ops made integer, a
 the result.
 
 * :func:`integer_ops` -- TVM's ``FakeQuantizationToInteger`` (each ``dequantize -> op -> quantize``
-  region as QNN ops), the copies it makes merged, then integer means and global average pools
-  rounded to nearest (:class:`RoundIntegerMean`), as ONNX Runtime and PyTorch round them;
+  region as QNN ops; adds of two dequantized tensors first given int32 operands, so that they
+  round once, :func:`.fq2i_prepare.single_rounding_adds`), the copies it makes merged, then
+  integer means and global average pools rounded to nearest (:class:`RoundIntegerMean`), as ONNX
+  Runtime and PyTorch round them;
 * :func:`check_integer_compute` -- a quantized model whose convs and dense layers all stayed float
   is refused, a partly float one logged;
 * :func:`op_counts` -- how many calls of each operator ``main`` makes.
@@ -22,6 +24,8 @@ import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as pattern
 
+from relay_ext.frontend.fq2i_prepare import per_channel_layout_handlers, prepare_linear_layers, single_rounding_adds
+
 logger = logging.getLogger(__name__)
 
 # Relay ops that do the arithmetic of a conv or dense layer: the ones that must become QNN.
@@ -35,8 +39,11 @@ def integer_ops(mod: tvm.IRModule, use_qat: bool = False) -> tvm.IRModule:
     non-global average pool stays TVM's truncating ``qnn.avg_pool2d``). ``use_qat`` also
     converts ``dequantize -> op`` regions with no quantize after them (an op with a float output,
     such as PT2E's last linear layer) to the QNN op and a dequantize."""
-    mod = relay.transform.InferType()(mod)
-    with numpy_constant_folding():
+    # Linear layers as the pass needs them: it crashes on a per-channel qnn.dense without units.
+    mod = prepare_linear_layers(mod)
+    # Adds of two dequantized 8-bit tensors summed in int32 and rounded once (not qnn.add's twice).
+    mod = single_rounding_adds(mod)
+    with numpy_constant_folding(), per_channel_layout_handlers():
         mod = relay.transform.FakeQuantizationToInteger(hard_fail=False, use_qat=use_qat)(mod)
     # The pass rewrites each quantize's region on its own: an op whose float output feeds two
     # regions is made integer in each (MobileNetV3's squeeze-excitation: a depthwise conv's output
