@@ -2,13 +2,19 @@
 
 MobileNetV2, RegNetX-400MF, MobileNetV3-large, EfficientNet-B0, MnasNet 1.0 (B1, as torchvision's
 ``mnasnet1_0``), ShuffleNetV2 x1.0 and GoogLeNet: our own definitions (torchvision cannot be
-installed beside the CPU torch wheel), with random weights. Every family takes ``width`` (channel
-multiplier, rounded to multiples of 8 as the papers' code does) and ``depth`` (blocks per stage
-multiplier, ``ceil(depth * repeats)`` as EfficientNet's compound scaling, at least two): the tests
-build them at ``width=0.25, depth=0``: every stage with its first two blocks (the first changes
-stride or width, the second is the stride-1 block with its residual add or channel split; later
-blocks repeat the second's layer shapes), every kernel, activation, squeeze-excitation, pooling
-and classifier kept, so that a whole flow stays short on 2 cores. ``FAMILIES`` maps the test names to them.
+installed beside the CPU torch wheel), with random weights. ShuffleNetV2 and GoogLeNet follow
+torchvision's definitions module for module (GoogLeNet's 3x3 convs where the paper has 5x5, its
+``F.relu`` after each batch norm, ShuffleNetV2's ``chunk`` and channel shuffle), because what
+X86InductorQuantizer quantizes depends on them: after a functional ``F.relu`` it leaves the conv's
+output float into the ``cat``, where after an ``nn.ReLU`` module it quantizes it.
+
+Every family takes ``width`` (channel multiplier, rounded to multiples of 8 as the papers' code
+does) and ``depth`` (blocks per stage multiplier, ``ceil(depth * repeats)`` as EfficientNet's
+compound scaling, at least two): the tests build them at ``width=0.25, depth=0``: every stage with
+its first two blocks (the first changes stride or width, the second is the stride-1 block with its
+residual add or channel split; later blocks repeat the second's layer shapes; ShuffleNetV2 keeps
+three, see there), every kernel, activation, squeeze-excitation, pooling and classifier kept, so
+that a whole flow stays short on 2 cores. ``FAMILIES`` maps the test names to them.
 Dropout and in-place activations are where torchvision has them (dropout is the identity in an
 exported inference program; in place it exports as ``aten.dropout_``).
 """
@@ -224,73 +230,105 @@ class _XBlock(nn.Module):
 
 
 def channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
-    batch, channels, height, width = x.shape
+    """torchvision's channel shuffle: view as (groups, channels per group), transpose, flatten."""
+    batch, channels, height, width = x.size()
     x = x.view(batch, groups, channels // groups, height, width)
-    return torch.transpose(x, 1, 2).contiguous().view(batch, channels, height, width)
+    x = torch.transpose(x, 1, 2).contiguous()
+    return x.view(batch, -1, height, width)
 
 
-class _ShuffleUnit(nn.Module):
-    """ShuffleNetV2's unit: split the channels in two (stride 1) or feed both branches (stride 2),
-    concatenate, shuffle."""
+class ShuffleUnit(nn.Module):
+    """torchvision's ShuffleNetV2 ``InvertedResidual``: stride 1 splits the channels with ``chunk``
+    and concatenates the kept half with ``branch2`` of the other; stride 2 concatenates ``branch1``
+    (3x3 depthwise, 1x1) and ``branch2`` (1x1, 3x3 depthwise, 1x1) of the whole input; then the
+    channel shuffle."""
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
         half = cout // 2
         self.stride = stride
-        self.left = nn.Sequential(ConvBNAct(cin, cin, 3, stride, groups=cin, act=None),
-                                  ConvBNAct(cin, half, 1)) if stride > 1 else None
-        start = cin if stride > 1 else half
-        self.right = nn.Sequential(ConvBNAct(start, half, 1), ConvBNAct(half, half, 3, stride, groups=half, act=None),
-                                   ConvBNAct(half, half, 1))
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(cin, cin, 3, stride, 1, bias=False, groups=cin), nn.BatchNorm2d(cin),
+                nn.Conv2d(cin, half, 1, 1, 0, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+        else:
+            self.branch1 = nn.Sequential()
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(cin if stride > 1 else half, half, 1, 1, 0, bias=False), nn.BatchNorm2d(half),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(half, half, 3, stride, 1, bias=False, groups=half), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, 1, 0, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.left is None:
-            kept, changed = x.chunk(2, dim=1)
-            out = torch.cat((kept, self.right(changed)), dim=1)
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
         else:
-            out = torch.cat((self.left(x), self.right(x)), dim=1)
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
         return channel_shuffle(out, 2)
 
 
 class ShuffleNetV2(nn.Module):
-    """Ma et al. 2018, Table 5, 1x: conv 24 and max pool, stages of 4, 8, 4 units (116, 232, 464
-    channels), a 1x1 conv to 1024, a ``mean`` over the spatial dims, a linear classifier."""
+    """Ma et al. 2018, 1x, as torchvision's ``shufflenet_v2_x1_0`` defines it: ``conv1`` (3x3, 24,
+    stride 2) and a max pool, stages of 4, 8, 4 :class:`ShuffleUnit` (116, 232, 464 channels),
+    ``conv5`` (1x1 to 1024), ``x.mean([2, 3])``, ``fc``. At least three units per stage are kept:
+    from the third on, a unit's kept half is the previous unit's float, unquantized output."""
 
     def __init__(self, width: float = 1.0, depth: float = 1.0, classes: int = 1000) -> None:
         super().__init__()
         cin = 24
-        layers: list[nn.Module] = [ConvBNAct(3, cin, 3, 2), nn.MaxPool2d(3, 2, 1)]
+        self.conv1 = nn.Sequential(nn.Conv2d(3, cin, 3, 2, 1, bias=False), nn.BatchNorm2d(cin), nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        stages: list[nn.Module] = []
         for channels, count in ((116, 4), (232, 8), (464, 4)):
             cout = divisible(channels * width)
-            for index in range(repeats(count, depth)):
-                layers.append(_ShuffleUnit(cin, cout, 2 if index == 0 else 1))
-                cin = cout
-        self.features = nn.Sequential(*layers, ConvBNAct(cin, 1024, 1))
-        self.classifier = nn.Linear(1024, classes)
+            kept = max(3, repeats(count, depth))  # the third unit takes a float half the second left
+            units = [ShuffleUnit(cin, cout, 2)] + [ShuffleUnit(cout, cout, 1) for _ in range(kept - 1)]
+            stages.append(nn.Sequential(*units))
+            cin = cout
+        self.stage2, self.stage3, self.stage4 = stages
+        self.conv5 = nn.Sequential(nn.Conv2d(cin, 1024, 1, 1, 0, bias=False), nn.BatchNorm2d(1024), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(1024, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x).mean([2, 3]))
+        x = self.stage4(self.stage3(self.stage2(self.maxpool(self.conv1(x)))))
+        return self.fc(self.conv5(x).mean([2, 3]))
 
 
-class _Inception(nn.Module):
-    """1x1 | 1x1 -> 3x3 | 1x1 -> 5x5 | 3x3 max pool -> 1x1, concatenated."""
+class BasicConv2d(nn.Module):
+    """torchvision's GoogLeNet conv: conv (no bias) -> batch norm (eps 0.001) -> ``F.relu`` in place."""
+
+    def __init__(self, cin: int, cout: int, **kwargs: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, bias=False, **kwargs)
+        self.bn = nn.BatchNorm2d(cout, eps=0.001)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.relu(self.bn(self.conv(x)), inplace=True)
+
+
+class Inception(nn.Module):
+    """torchvision's inception module: 1x1 | 1x1 -> 3x3 | 1x1 -> 3x3 (torchvision's, where the
+    paper has 5x5) | 3x3 max pool (stride 1, ceil mode) -> 1x1, concatenated."""
 
     def __init__(self, cin: int, c1: int, r3: int, c3: int, r5: int, c5: int, pool: int) -> None:
         super().__init__()
-        self.branches = nn.ModuleList([
-            ConvBNAct(cin, c1, 1), nn.Sequential(ConvBNAct(cin, r3, 1), ConvBNAct(r3, c3, 3)),
-            nn.Sequential(ConvBNAct(cin, r5, 1), ConvBNAct(r5, c5, 5)),
-            nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), ConvBNAct(cin, pool, 1))])
+        self.branch1 = BasicConv2d(cin, c1, kernel_size=1)
+        self.branch2 = nn.Sequential(BasicConv2d(cin, r3, kernel_size=1), BasicConv2d(r3, c3, kernel_size=3, padding=1))
+        self.branch3 = nn.Sequential(BasicConv2d(cin, r5, kernel_size=1), BasicConv2d(r5, c5, kernel_size=3, padding=1))
+        self.branch4 = nn.Sequential(nn.MaxPool2d(kernel_size=3, stride=1, padding=1, ceil_mode=True),
+                                     BasicConv2d(cin, pool, kernel_size=1))
         self.channels = c1 + c3 + c5 + pool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([branch(x) for branch in self.branches], 1)
+        return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)
 
 
 class GoogLeNet(_Classified):
-    """Szegedy et al. 2015, Table 1 (with batch norm after each conv, as torchvision's): 7x7 stem,
-    max pools with ceil mode, inception modules 3a-3b, 4a-4e, 5a-5b (the 5x5 branches of the paper),
-    global average pool, dropout, linear. No auxiliary classifiers (training only)."""
+    """Szegedy et al. 2015, Table 1, as torchvision's ``googlenet`` defines it (``transform_input``
+    off, no auxiliary classifiers: they run in training only): :class:`BasicConv2d` stem (7x7
+    stride 2, 1x1, 3x3), max pools with ceil mode, :class:`Inception` modules 3a-3b, 4a-4e, 5a-5b,
+    global average pool, flatten, dropout, linear."""
 
     STAGES = [[(64, 96, 128, 16, 32, 32), (128, 128, 192, 32, 96, 64)],
               [(192, 96, 208, 16, 48, 64), (160, 112, 224, 24, 64, 64), (128, 128, 256, 24, 64, 64),
@@ -300,15 +338,16 @@ class GoogLeNet(_Classified):
     def __init__(self, width: float = 1.0, depth: float = 1.0, classes: int = 1000) -> None:
         super().__init__()
         scaled = lambda c: divisible(c * width)  # noqa: E731
-        layers: list[nn.Module] = [ConvBNAct(3, scaled(64), 7, 2), nn.MaxPool2d(3, 2, ceil_mode=True),
-                                   ConvBNAct(scaled(64), scaled(64), 1), ConvBNAct(scaled(64), scaled(192), 3),
-                                   nn.MaxPool2d(3, 2, ceil_mode=True)]
+        layers: list[nn.Module] = [
+            BasicConv2d(3, scaled(64), kernel_size=7, stride=2, padding=3), nn.MaxPool2d(3, stride=2, ceil_mode=True),
+            BasicConv2d(scaled(64), scaled(64), kernel_size=1),
+            BasicConv2d(scaled(64), scaled(192), kernel_size=3, padding=1), nn.MaxPool2d(3, stride=2, ceil_mode=True)]
         cin = scaled(192)
         for index, stage in enumerate(self.STAGES):
             if index:
-                layers.append(nn.MaxPool2d(3 if index == 1 else 2, 2, ceil_mode=True))
+                layers.append(nn.MaxPool2d(3 if index == 1 else 2, stride=2, ceil_mode=True))
             for config in stage[:repeats(len(stage), depth)]:
-                layers.append(_Inception(cin, *(scaled(c) for c in config)))
+                layers.append(Inception(cin, *(scaled(c) for c in config)))
                 cin = layers[-1].channels
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(cin, classes))

@@ -253,15 +253,16 @@ def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_chann
     return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
 
 
-def pt2e_program(build, shape: tuple[int, ...], seed: int = 0):
+def pt2e_program(build, shape: tuple[int, ...], seed: int = 0, dialect: str = "x86"):
     """The float network ``build()`` (seeded weights, batch norms with random statistics) quantized
-    with PT2E (torch.export, torchao's X86InductorQuantizer) on random batches of ``shape``: an
-    ExportedProgram, as :func:`relay_ext.frontend.pt2e_export.quantize_pt2e` makes it."""
+    with PT2E (torch.export, torchao's X86InductorQuantizer, or the XNNPACK-style quantizer with
+    ``dialect="xnnpack"``) on random batches of ``shape``: an ExportedProgram, as
+    :func:`relay_ext.frontend.pt2e_export.quantize_pt2e` makes it."""
     from relay_ext.frontend import pt2e_export
 
     model = eager_quantization.seeded_float_model(build, seed)
     calibration = _calibration(shape, seed + 1)
-    return pt2e_export.quantize_pt2e(model, calibration[0], calibration)
+    return pt2e_export.quantize_pt2e(model, calibration[0], calibration, dialect=dialect)
 
 
 def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int = 7) -> float:

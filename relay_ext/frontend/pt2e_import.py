@@ -33,7 +33,13 @@ the last linear layer, whose output is float, becomes ``qnn.dense`` and a dequan
 residual ``add`` of a dequantized tensor and a conv's float output (PT2E's conv + add pattern)
 gets int32 quantize/dequantize pairs on both operands
 (:func:`~relay_ext.frontend.pt2e_ops.int32_residual_operands`), so that the conv becomes
-``qnn.conv2d`` too.
+``qnn.conv2d`` too (an add of two dequantized tensors gets them as well: one rounding of the sum).
+
+Both quantizer dialects (:mod:`.pt2e_export`: X86InductorQuantizer's uint8 activations, the
+XNNPACK-style quantizer's int8 activations and -127..127 weights) import alike: dtypes, zero points
+and ranges are read from each quantize/dequantize call, nothing is told which quantizer ran. What
+still rounds apart from the program: a conv's float bias is quantized to its int32 accumulator
+step (sx * sw), so an output within that of a rounding boundary can land one step off.
 
 An ATen op the converter does not know is a :class:`UnsupportedOperator` (a ValueError: one line,
 exit code 2 at the command line) naming the op and the graph node. A converter failing on an op it

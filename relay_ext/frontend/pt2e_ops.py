@@ -3,12 +3,15 @@
 Each converter takes the :class:`~relay_ext.frontend.pt2e_graph.GraphConverter` and an FX node and
 returns the Relay expression computing the same as PyTorch running the program: quantize and
 dequantize as ``qnn.quantize`` / ``qnn.dequantize``, every other op in float (the QNN passes make
-the regions between them integer afterwards, :mod:`.qnn_passes`). Two PT2E patterns get more than a
-one-to-one translation:
+the regions between them integer afterwards, :mod:`.qnn_passes`). Three PT2E patterns get more than
+a one-to-one translation:
 
 * a residual ``add`` of a dequantized tensor and a conv's float output (X86InductorQuantizer's conv
-  + add): int32 quantize/dequantize pairs on both operands (:func:`int32_residual_operands`), so
-  that the conv becomes ``qnn.conv2d`` too;
+  + add), or of two dequantized tensors (the XNNPACK-style quantizer's): int32 quantize/dequantize
+  pairs on both operands (:func:`int32_residual_operands`), so that the conv becomes
+  ``qnn.conv2d`` too and the sum is rounded once, as PyTorch rounds it;
+* ``cat`` / ``stack`` of float operands (GoogLeNet's inception module, ShuffleNetV2's unit):
+  quantize/dequantize pairs on the operands and the result (:mod:`.pt2e_cat`);
 * float activations the quantizer leaves between a conv's float output and the next quantize
   (``silu``, ``sigmoid``, ``hardswish``, ``hardsigmoid``: EfficientNet's swish and squeeze-
   excitation gate, MobileNetV3's): written with ``divide`` (:func:`float_sigmoid`), an op TVM's
@@ -27,7 +30,10 @@ import numpy as np
 import torch
 from tvm import relay
 
-from relay_ext.frontend.pt2e_graph import DEQUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
+from relay_ext.frontend.fq2i_prepare import int32_add_step
+from relay_ext.frontend.pt2e_cat import convert_cat, convert_stack, fake_quantize
+from relay_ext.frontend.pt2e_graph import DEQUANTIZE_PER_TENSOR, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
+from relay_ext.frontend.pt2e_transformer_ops import TRANSFORMER_CONVERTERS, float_bias, heads_split_input
 
 
 def _pair(value: Any, length: int = 2) -> tuple[int, ...]:
@@ -111,7 +117,8 @@ def _linear(converter: GraphConverter, node: Any) -> relay.Expr:
         data = relay.reshape(data, (-1, in_shape[-1]))
     out = relay.nn.dense(data, weight, units=units)
     if bias is not None:
-        out = relay.nn.bias_add(out, converter.expr(bias), axis=-1)
+        out = (relay.add(out, converter.expr(bias)) if float_bias(node)
+               else relay.nn.bias_add(out, converter.expr(bias), axis=-1))
     if len(in_shape) != 2:
         out = relay.reshape(out, converter.shape(node))
     return out
@@ -130,29 +137,43 @@ def _binary(op: Callable[[relay.Expr, relay.Expr], relay.Expr]) -> Converter:
     return convert
 
 
-# The int32 step of a residual add, as a fraction of its quantized operand's step (see below).
+# The int32 step of a residual add, as a fraction of its finest quantized operand's step (see below).
 RESIDUAL_STEP_FRACTION = 1.0 / 256
 
 
 def int32_residual_operands(node: Any, left: relay.Expr, right: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
-    """X86InductorQuantizer leaves a conv's output float when it feeds a residual add (PT2E fuses
-    conv + add in one int8 kernel): ``add(dequantize(a), conv(...)) -> quantize``. For
-    FakeQuantizationToInteger both operands of the add must be quantized alike, so both get an
-    int32 quantize/dequantize pair at a step 256 times finer than ``a``'s, zero point 0: the conv
-    becomes ``qnn.conv2d`` requantized to that int32 step, ``a`` is only shifted, and the add is
-    integer. The conv's output is rounded to 1/256 of ``a``'s step, far below the add's own output
-    step, where PyTorch adds in float."""
+    """Both operands of an ``add`` with at least one dequantized operand, each given an int32
+    quantize/dequantize pair at one step, zero point 0, finer than the finest operand step.
+    FakeQuantizationToInteger then adds them as plain int32 (its handler does when both operands
+    share an int32 step) and requantizes the sum once to the add's output step, rounding once as
+    PyTorch does (it adds in float and quantizes the sum). Two cases:
+
+    * X86InductorQuantizer leaves a conv's output float when it feeds a residual add (PT2E fuses
+      conv + add in one int8 kernel): ``add(dequantize(a), conv(...)) -> quantize``. The pairs make
+      the conv ``qnn.conv2d`` requantized to 1/256 of ``a``'s step (the conv's range is not known
+      here, so the step stays coarse enough for any sum the add's output can hold), and ``a`` is
+      only shifted;
+    * both operands dequantized (the XNNPACK-style quantizer quantizes every conv's output): left
+      to TVM, ``qnn.add`` would requantize each operand to the output step, round both and add: up
+      to one output step from PyTorch per add, adding up along a ResNet's residual chain. Here the
+      finer operand is only shifted, the other rounded to ``2**-k`` of the finer step, ``k`` as
+      large as keeps the int32 sum of two 8-bit operands from overflowing (16 for operand steps
+      within a factor of 64), so that the sum is off PyTorch's float sum by ``2**-(k+1)`` of an
+      operand step at most (:func:`.fq2i_prepare.int32_add_step`, which the ONNX import's adds use
+      too).
+
+    Operands whose steps are more than 2**23 apart are left to ``qnn.add``."""
     args = node.args[:2]
-    quantized = [_dequantized_scale(arg) for arg in args]
-    if (quantized[0] is None) == (quantized[1] is None):
-        return left, right  # both quantized (an integer add as it is) or neither
-    step = relay.const(np.float32((quantized[0] or quantized[1]) * RESIDUAL_STEP_FRACTION))
-    zero = relay.const(np.int32(0))
-
-    def fake_int32(expr: relay.Expr) -> relay.Expr:
-        return relay.qnn.op.dequantize(relay.qnn.op.quantize(expr, step, zero, out_dtype="int32"), step, zero)
-
-    return fake_int32(left), fake_int32(right)
+    scales = [scale for scale in (_dequantized_scale(arg) for arg in args) if scale is not None]
+    if not scales:
+        return left, right
+    if len(scales) == 2:
+        step = int32_add_step(scales)
+        if step is None:
+            return left, right
+    else:
+        step = scales[0] * RESIDUAL_STEP_FRACTION
+    return fake_quantize(left, step, 0, "int32"), fake_quantize(right, step, 0, "int32")
 
 
 def _dequantized_scale(arg: Any) -> float | None:
@@ -191,8 +212,19 @@ def _hardswish(x: relay.Expr) -> relay.Expr:
 
 
 def _hardtanh(converter: GraphConverter, node: Any) -> relay.Expr:
-    return relay.clip(converter.input(node), float(converter.arg(node, 1, "min_val", -1.0)),
-                      float(converter.arg(node, 2, "max_val", 1.0)))
+    """``clamp``; bounds beyond what a dequantized input can hold are moved to half a step past
+    its quantized range, where they change nothing: FakeQuantizationToInteger writes the bounds
+    in the input's integer type, and ReLU6's 6 is past int8's 127 at small steps (``Literal value
+    310 exceeds maximum of int8``, MobileNetV2 from the XNNPACK-style quantizer)."""
+    low, high = float(converter.arg(node, 1, "min_val", -1.0)), float(converter.arg(node, 2, "max_val", 1.0))
+    source = node.args[0]
+    if (isinstance(source, torch.fx.Node) and source.op == "call_function"
+            and op_name(source.target) == DEQUANTIZE_PER_TENSOR and len(source.args) >= 5
+            and all(isinstance(value, (int, float)) for value in source.args[1:5])):
+        scale, zero_point, quant_min, quant_max = (float(value) for value in source.args[1:5])
+        low = max(low, (quant_min - zero_point - 0.5) * scale)
+        high = min(high, (quant_max - zero_point + 0.5) * scale)
+    return relay.clip(converter.input(node), low, high)
 
 
 def _max_pool2d(converter: GraphConverter, node: Any) -> relay.Expr:
@@ -228,60 +260,8 @@ def _mean(converter: GraphConverter, node: Any) -> relay.Expr:
     return relay.mean(converter.input(node), axis=axis, keepdims=bool(converter.arg(node, 2, "keepdim", False)))
 
 
-def _cat(converter: GraphConverter, node: Any) -> relay.Expr:
-    """``cat``, with every operand that is not a dequantized tensor quantized at the parameters of
-    the quantize after the cat (when there is one, through shape ops): a conv's float output that
-    X86InductorQuantizer concatenates unquantized (ShuffleNet's branch, GoogLeNet's) would
-    otherwise reach ``qnn.concatenate`` with the conv's per-channel int32 scale, where TVM wants one
-    scale per operand (``Check failed: tensor_type->shape.size() == 0``). Concatenating moves
-    values only, so quantizing an operand before it at the output's parameters gives exactly what
-    quantizing after it gives. Dequantized operands keep their own scales; ``qnn.concatenate``
-    requantizes them to the output's."""
-    tensors = [converter.expr(value) for value in converter.arg(node, 0)]
-    after = following_quantize(node)
-    if after is not None:
-        tensors = [tensor if is_dequantized(arg) else fake_quantize(converter, after, tensor)
-                   for arg, tensor in zip(node.args[0], tensors)]
-    return relay.concatenate(tensors, axis=int(converter.arg(node, 1, "dim", 0)))
-
-
-# Ops through which a value keeps its quantization (moves, splits, reshapes, the identity).
-_PASS_THROUGH = SHAPE_OPS | {"aten.chunk", "aten.split", "aten.split_with_sizes", "_operator.getitem"}
-
-
-def is_dequantized(arg: Any) -> bool:
-    """Whether ``arg`` is a per-tensor dequantize's output, through ops that only move values."""
-    while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and op_name(arg.target) in _PASS_THROUGH:
-        arg = arg.args[0]
-    return isinstance(arg, torch.fx.Node) and arg.op == "call_function" and op_name(arg.target) == DEQUANTIZE_PER_TENSOR
-
-
-def following_quantize(node: Any) -> Any:
-    """The per-tensor quantize that takes ``node``'s value, through single-user ops that only move
-    values; None when the value goes anywhere else."""
-    while len(node.users) == 1:
-        (node,) = node.users
-        name = op_name(node.target) if node.op == "call_function" else ""
-        if name == "quantized_decomposed.quantize_per_tensor":
-            return node
-        if name not in _PASS_THROUGH:
-            return None
-    return None
-
-
-def fake_quantize(converter: GraphConverter, quantize: Any, tensor: relay.Expr) -> relay.Expr:
-    """``tensor`` quantized and dequantized with the parameters of the node ``quantize``."""
-    scale, zero_point = _float_const(converter.arg(quantize, 1)), _int_const(converter.arg(quantize, 2))
-    quant_min, quant_max, dtype = (converter.arg(quantize, i) for i in (3, 4, 5))
-    out_dtype = _dtype(dtype)
-    quantized = relay.qnn.op.quantize(tensor, scale, zero_point, out_dtype=out_dtype)
-    if (quant_min, quant_max) != (np.iinfo(out_dtype).min, np.iinfo(out_dtype).max):
-        quantized = relay.clip(quantized, quant_min, quant_max)
-    return relay.qnn.op.dequantize(quantized, scale, zero_point)
-
-
 def _reshape(converter: GraphConverter, node: Any) -> relay.Expr:
-    return relay.reshape(converter.input(node), converter.shape(node))
+    return relay.reshape(heads_split_input(converter.input(node), node), converter.shape(node))
 
 
 def _permute(converter: GraphConverter, node: Any) -> relay.Expr:
@@ -362,7 +342,8 @@ CONVERTERS: dict[str, Converter] = {
     "aten.avg_pool2d": _avg_pool2d,
     "aten.adaptive_avg_pool2d": _adaptive_avg_pool2d,
     "aten.mean": _mean,
-    "aten.cat": _cat,
+    "aten.cat": convert_cat,
+    "aten.stack": convert_stack,
     "aten.flatten": _reshape,
     "aten.reshape": _reshape,
     "aten.view": _reshape,
@@ -384,5 +365,6 @@ CONVERTERS: dict[str, Converter] = {
     "aten.detach": _identity,
     "aten._assert_tensor_metadata": _no_value,
     "_operator.getitem": _getitem,
+    **TRANSFORMER_CONVERTERS,  # layer_norm, softmax, gelu, tanh, matmul, select ... (.pt2e_transformer_ops)
 }
 
