@@ -1,0 +1,92 @@
+"""One blocked layout along a quantized CNN: no layout_transform kernel between two convs."""
+
+import numpy as np
+import pytest
+import torch
+from tvm.target import Target
+
+from relay_ext.frontend import models
+from relay_ext.lowering.x86 import blocked_layout
+from relay_ext.measure.run import run_module
+from relay_ext.report.layout_transforms import layout_transforms_of_module
+from tests.quantized_test_nets import MobileNetV2Style, ResidualConvNet, fx_quantized_torchscript
+
+AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
+VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"  # as the build keeps it
+AMX_COPIES = ("the AMX 3x3 conv writes 16-channel output blocks and reads 64-channel input "
+              "blocks: a copy between two AMX convs remains (docs/BENCHMARKS.md)")
+
+
+def _loaded(build, directory, image_size=16) -> models.LoadedModel:
+    module, shape = fx_quantized_torchscript(image_size, build=build)
+    path = directory / "net.pt"
+    torch.jit.save(module, str(path))
+    return models.from_torchscript(path, {"input": shape})
+
+
+@pytest.fixture(scope="module")
+def mobilenet_block(tmp_path_factory) -> models.LoadedModel:
+    """A MobileNetV2 inverted residual (16 channels, 64 in the depthwise conv), int8."""
+    return _loaded(lambda: MobileNetV2Style(channels=16), tmp_path_factory.mktemp("mobilenet"))
+
+
+@pytest.fixture(scope="module")
+def resnet_block(tmp_path_factory) -> models.LoadedModel:
+    """A ResNet basic block of 64 channels (AMX-eligible 3x3 convs) and a strided conv, int8."""
+    return _loaded(lambda: ResidualConvNet(channels=64), tmp_path_factory.mktemp("resnet"))
+
+
+def test_depthwise_blocks_follow_the_int8_convs():
+    assert blocked_layout.depthwise_block(144, "int16") == 16
+    assert blocked_layout.depthwise_block(144, "uint8") == 16
+    assert blocked_layout.depthwise_block(24, "int16") is None  # TOPI's choice
+    assert blocked_layout.depthwise_block(144, "float32") is None  # float models unchanged
+
+
+@pytest.mark.parametrize("target", [AVX2, VNNI, AMX])
+def test_a_mobilenet_v2_block_has_no_copy_between_convs(mobilenet_block, target):
+    loaded = mobilenet_block
+    count = layout_transforms_of_module(loaded.mod, loaded.params, Target(target))
+    assert count.between_convs == 0, count.line()
+    assert count.at_input == 1
+
+
+@pytest.mark.parametrize("target", [AVX2, VNNI, pytest.param(
+    AMX, marks=pytest.mark.xfail(strict=True, reason=AMX_COPIES))])
+def test_a_resnet_block_has_no_copy_between_convs(resnet_block, target):
+    loaded = resnet_block
+    count = layout_transforms_of_module(loaded.mod, loaded.params, Target(target))
+    assert count.between_convs == 0, count.line()
+
+
+def test_the_depthwise_block_leaves_outputs_unchanged(mobilenet_block, monkeypatch):
+    from relay_ext.build import compile  # pylint: disable=redefined-builtin
+
+    loaded = mobilenet_block
+    blocked = run_module(compile(loaded, target=AVX2, schedule="default").lib, loaded.inputs)[0]
+    monkeypatch.setattr(blocked_layout, "depthwise_block", lambda channels, dtype: None)
+    before = compile(loaded, target=AVX2, schedule="default")
+    count = layout_transforms_of_module(loaded.mod, loaded.params, Target(AVX2))
+    assert count.between_convs > 0  # TOPI's own blocks: copies around each depthwise conv
+    np.testing.assert_array_equal(run_module(before.lib, loaded.inputs)[0], blocked)
+
+
+# The built-ins at 224x224 whose copies between convs remain: the AMX layout (above), and
+# MobileNetV2's 24-channel stage (Relay pads its convs' 24 output channels to 32 and slices them
+# back to 24 in the flat layout, then re-blocks them in 12 for the next conv).
+_REMAINING = {("resnet18", AMX): AMX_COPIES, ("resnet50", AMX): AMX_COPIES,
+              **{("mobilenet_v2", target): "MobileNetV2's 24-channel stage is sliced in the flat "
+                 "layout" for target in (AVX2, VNNI, AMX)}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2"])
+@pytest.mark.parametrize("target", [AVX2, VNNI, AMX])
+def test_builtin_models_at_224_have_no_copy_between_convs(name, target, request):
+    if (name, target) in _REMAINING:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_REMAINING[(name, target)]))
+    loaded = models.load(name, image_size=224)
+    count = layout_transforms_of_module(loaded.mod, loaded.params, Target(target))
+    assert (count.at_input, count.at_output) == (1, 1)
+    assert count.between_convs == 0, count.line()
