@@ -253,7 +253,8 @@ def qdq_onnx(build, shape: tuple[int, ...], path: Path, seed: int = 0, per_chann
     return onnx_export.quantize_qdq(float_path, path, calibration, per_channel=per_channel)
 
 
-def pt2e_program(build, shape: tuple[int, ...], seed: int = 0, dialect: str = "x86"):
+def pt2e_program(build, shape: tuple[int, ...], seed: int = 0, dialect: str = "x86",
+                 quantize_matmul: bool = False):
     """The float network ``build()`` (seeded weights, batch norms with random statistics) quantized
     with PT2E (torch.export, torchao's X86InductorQuantizer, or the XNNPACK-style quantizer with
     ``dialect="xnnpack"``) on random batches of ``shape``: an ExportedProgram, as
@@ -262,7 +263,8 @@ def pt2e_program(build, shape: tuple[int, ...], seed: int = 0, dialect: str = "x
 
     model = eager_quantization.seeded_float_model(build, seed)
     calibration = _calibration(shape, seed + 1)
-    return pt2e_export.quantize_pt2e(model, calibration[0], calibration, dialect=dialect)
+    return pt2e_export.quantize_pt2e(model, calibration[0], calibration, dialect=dialect,
+                                     quantize_matmul=quantize_matmul)
 
 
 def worst_steps(model: models.LoadedModel, lib, extra_inputs: int = 3, seed: int = 7) -> float:

@@ -44,17 +44,21 @@ DIALECTS = ("x86", "xnnpack")
 
 
 def quantize_pt2e(model: nn.Module, example: np.ndarray, calibration_batches: Sequence[np.ndarray],
-                  dialect: str = "x86") -> Any:
+                  dialect: str = "x86", quantize_matmul: bool = False) -> Any:
     """``model`` (float, put in eval mode) quantized with PT2E and the quantizer of ``dialect``
     (:data:`DIALECTS`, module docstring), calibrated on ``calibration_batches``, exported for the
-    input shape of ``example``: an ExportedProgram."""
+    input shape of ``example``: an ExportedProgram. ``quantize_matmul`` (``"x86"`` only): the
+    quantizer also takes ``torch.matmul`` of two activations (a transformer's attention), which
+    X86InductorQuantizer's default config leaves float."""
     pt2e = require_torchao()
     if dialect not in DIALECTS:
         raise ValueError(f"unknown PT2E quantizer dialect {dialect!r}; choose one of {', '.join(DIALECTS)}")
+    if quantize_matmul and dialect != "x86":
+        raise ValueError(f"quantize_matmul is an option of the x86 dialect's quantizer, not {dialect!r}'s")
     if not calibration_batches:
         raise ValueError("quantize_pt2e needs at least one calibration batch")
     inputs = (torch.from_numpy(np.ascontiguousarray(example, dtype=np.float32)),)
-    quantizer = make_quantizer(dialect)
+    quantizer = make_quantizer(dialect, quantize_matmul)
     with torch.no_grad():
         captured = torch.export.export(model.eval(), inputs).module()
         prepared = pt2e.prepare_pt2e(captured, quantizer)
@@ -67,13 +71,16 @@ def quantize_pt2e(model: nn.Module, example: np.ndarray, calibration_batches: Se
     return program
 
 
-def make_quantizer(dialect: str) -> Any:
+def make_quantizer(dialect: str, quantize_matmul: bool = False) -> Any:
     """The torchao quantizer of ``dialect`` (``"x86"`` or ``"xnnpack"``), configured as the module
-    docstring says."""
+    docstring says; ``quantize_matmul``: the x86 one with its default config for ``torch.matmul``
+    too."""
     if dialect == "x86":
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
-        return x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+        config = x86.get_default_x86_inductor_quantization_config()
+        quantizer = x86.X86InductorQuantizer().set_global(config)
+        return quantizer.set_function_type_qconfig(torch.matmul, config) if quantize_matmul else quantizer
     with warnings.catch_warnings():  # torchao marks its copy deprecated in favour of ExecuTorch's
         warnings.simplefilter("ignore")
         from torchao.testing.pt2e import _xnnpack_quantizer as xnnpack

@@ -139,3 +139,9 @@ def test_an_unknown_dialect_is_refused_in_one_line():
     with pytest.raises(ValueError, match="unknown PT2E quantizer dialect 'arm'; choose one of x86, xnnpack"):
         pt2e_export.quantize_pt2e(SmallResNet(), np.zeros(SHAPE, np.float32), [np.zeros(SHAPE, np.float32)],
                                   dialect="arm")
+
+
+def test_quantize_matmul_is_the_x86_quantizers_option():
+    with pytest.raises(ValueError, match="quantize_matmul is an option of the x86 dialect's quantizer, not 'xnnpack'"):
+        pt2e_export.quantize_pt2e(SmallResNet(), np.zeros(SHAPE, np.float32), [np.zeros(SHAPE, np.float32)],
+                                  dialect="xnnpack", quantize_matmul=True)

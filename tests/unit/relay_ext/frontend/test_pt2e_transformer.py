@@ -24,10 +24,10 @@ from tvm import relay
 
 pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 'quantfuse[pt2e]'")
 
-from quantized_test_nets import _calibration, pt2e_program
+from quantized_test_nets import pt2e_program
 
 from relay_ext.build import compile
-from relay_ext.frontend import eager_quantization, pt2e_export, pt2e_import
+from relay_ext.frontend import pt2e_export, pt2e_import
 from relay_ext.frontend.pt2e_transformer_ops import float_gelu, float_tanh
 from relay_ext.frontend.transformer_nets import TinyBert
 from relay_ext.measure.run import run_module
@@ -40,32 +40,14 @@ MAX_STEPS = {"x86": 1 + 1e-3, "x86+matmul": 1 + 1e-3, "xnnpack": 2 + 1e-3}
 FLOAT_OPS = ("qnn.tanh", "qnn.erf", "qnn.softmax", "qnn.sigmoid", "qnn.exp")
 
 
-def _program_with_quantized_matmul():
-    """TinyBert quantized as :func:`pt2e_export.quantize_pt2e` does with ``dialect="x86"``, the
-    quantizer also given its default config for ``torch.matmul`` (what a user asks for to get
-    the attention matmuls in int8)."""
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
-
-    quantizer = pt2e_export.make_quantizer("x86")
-    quantizer.set_function_type_qconfig(torch.matmul, x86.get_default_x86_inductor_quantization_config())
-    model = eager_quantization.seeded_float_model(TinyBert, 0)
-    batches = [torch.from_numpy(batch) for batch in _calibration(SHAPE, 1)]
-    with torch.no_grad():
-        prepared = prepare_pt2e(torch.export.export(model, (batches[0],)).module(), quantizer)
-        for batch in batches:
-            prepared(batch)
-        return torch.export.export(convert_pt2e(prepared), (batches[0],))
-
-
 # dialect or config -> (float nn.batch_matmul, qnn.batch_matmul) the import has
 PROGRAMS = {"x86": (4, 0), "xnnpack": (2, 2), "x86+matmul": (0, 4)}
 
 
 @pytest.fixture(scope="module", params=list(PROGRAMS))
 def imported(request):
-    if request.param == "x86+matmul":
-        program = _program_with_quantized_matmul()
+    if request.param == "x86+matmul":  # what a user asks for to get the attention matmuls in int8
+        program = pt2e_program(TinyBert, SHAPE, quantize_matmul=True)
     else:
         program = pt2e_program(TinyBert, SHAPE, dialect=request.param)
     return request.param, pt2e_import.from_exported_program(program)
