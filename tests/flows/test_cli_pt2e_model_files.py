@@ -86,20 +86,20 @@ def test_fusion_report_matches_the_torchscript_import(programs, tmp_path):
 # --- bad input ----------------------------------------------------------------------------------
 
 
-class _WithGelu(nn.Module):
+class _WithCumsum(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.gelu(self.conv(x))
+        return torch.cumsum(self.conv(x), dim=1)
 
 
 def test_unsupported_op_is_one_line(tmp_path, capsys):
-    path = tmp_path / "gelu.pt2"
-    torch.export.save(pt2e_program(_WithGelu, (1, 3, 8, 8)), str(path))
+    path = tmp_path / "cumsum.pt2"
+    torch.export.save(pt2e_program(_WithCumsum, (1, 3, 8, 8)), str(path))
     assert cli.main(["fusion", "--model", str(path), "--target", AVX2]) == cli.EXIT_BAD_INPUT
-    one_error_line(capsys, "aten.gelu", "graph node 'gelu'")
+    one_error_line(capsys, "aten.cumsum", "graph node 'cumsum'")
 
 
 def test_float_program_is_one_line(tmp_path, capsys):
@@ -132,13 +132,13 @@ def test_input_shape_must_match_the_program(program_files, capsys):
 
 
 def test_unsupported_arguments_are_one_line_naming_the_op_and_node(tmp_path, capsys):
-    program = pt2e_program(_WithGelu, (1, 3, 8, 8))
+    program = pt2e_program(_WithCumsum, (1, 3, 8, 8))
     graph = program.graph_module.graph
-    gelu = next(node for node in graph.nodes if pt2e_import.op_name(node.target) == "aten.gelu")
-    gelu.target = torch.ops.aten.dropout.default  # dropout(x, p, train=True): not an inference program
-    gelu.args = (gelu.args[0], 0.5, True)
+    cumsum = next(node for node in graph.nodes if pt2e_import.op_name(node.target) == "aten.cumsum")
+    cumsum.target = torch.ops.aten.dropout.default  # dropout(x, p, train=True): not an inference program
+    cumsum.args = (cumsum.args[0], 0.5, True)
     program.graph_module.recompile()
-    with pytest.raises(pt2e_import.UnsupportedOperator, match=r"aten.dropout \(graph node 'gelu'\): dropout in training"):
+    with pytest.raises(pt2e_import.UnsupportedOperator, match=r"aten.dropout \(graph node 'cumsum'\): dropout in training"):
         models.from_exported_program(program)
 
 
