@@ -183,6 +183,16 @@ def cpu_run(args, command: str):
     return run
 
 
+def quantized_model(args, run, command: str):
+    """The model of a command that times int8 models on this CPU, loaded (after the quick checks
+    of its arguments: the model load is slow)."""
+    loaded = load_model(args)
+    if loaded.output_scale is None:
+        raise BadInput(f"model {loaded.name!r} is not quantized; {command} times int8 models")
+    warn_if_generic_llvm(args.target, run.target)
+    return loaded
+
+
 def cmd_bench(args) -> int:
     from relay_ext.latency.run import bench
     from relay_ext.workdir.files import open_tuned_database
@@ -193,10 +203,7 @@ def cmd_bench(args) -> int:
     if work_dir is not None:
         database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
         work_dir_checked(run.check_tuned_for, work_dir)
-    loaded = load_model(args)
-    if loaded.output_scale is None:
-        raise BadInput(f"model {loaded.name!r} is not quantized; bench compares int8 models")
-    warn_if_generic_llvm(args.target, run.target)
+    loaded = quantized_model(args, run, "bench")
     result = bench(loaded, target=run.target, records=database, work_dir=work_dir,
                    variant=run.variant, repeats=args.repeats, number=args.number,
                    threads=args.threads, choose_per_task=not args.keep_slower_records,
@@ -223,10 +230,7 @@ def cmd_profile(args) -> int:
     if work_dir is not None and has_records(work_dir):
         database = work_dir_checked(open_tuned_database, work_dir)  # before the slow model load
         work_dir_checked(run.check_tuned_for, work_dir)
-    loaded = load_model(args)
-    if loaded.output_scale is None:
-        raise BadInput(f"model {loaded.name!r} is not quantized; profile times int8 models")
-    warn_if_generic_llvm(args.target, run.target)
+    loaded = quantized_model(args, run, "profile")
     result = profile(loaded, target=run.target, work_dir=work_dir, records=database,
                      threads=args.threads, rounds=args.rounds, variant=run.variant,
                      choose_per_task=not args.keep_slower_records,

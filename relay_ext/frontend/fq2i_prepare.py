@@ -70,9 +70,7 @@ def prepare_linear_layers(mod: tvm.IRModule) -> tvm.IRModule:
     if not rewriter.changes:
         return mod
     logger.debug("prepared linear layers for FakeQuantizationToInteger: %s", rewriter.changes)
-    rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
-    rewritten["main"] = main
-    return relay.transform.InferType()(rewritten)
+    return _with_main(mod, main)
 
 
 def _op_name(expr: relay.Expr) -> str | None:
@@ -152,6 +150,11 @@ def single_rounding_adds(mod: tvm.IRModule) -> tvm.IRModule:
     if not rewriter.count:
         return mod
     logger.debug("%d adds of dequantized tensors given int32 operands", rewriter.count)
+    return _with_main(mod, main)
+
+
+def _with_main(mod: tvm.IRModule, main: relay.Function) -> tvm.IRModule:
+    """``mod`` with ``main`` replaced, type-inferred."""
     rewritten = tvm.IRModule(mod.functions, mod.type_definitions)
     rewritten["main"] = main
     return relay.transform.InferType()(rewritten)
