@@ -1,11 +1,11 @@
-"""AMXConv: int8 3x3 convolutions on AMX tiles (``tdpbusd``), a schedule rule for MetaSchedule.
+"""AMXConv: int8 3x3 and 1x1 convolutions on AMX tiles (``tdpbusd``), a MetaSchedule schedule rule.
 
 TOPI's int8 conv on x86 (``conv2d_NCHWc_int8``) with 64 input channels per block (data
 ``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.x86.amx_layout`` chooses where the
 target has AMX) computes::
 
     for n, oc_chunk, oh, ow, oc_block, kh, kw, ic_outer, ic_f_inner, ic_s_inner in T.grid(
-            1, OC // 16, OH, OW, 16, 3, 3, IC // 64, 16, 4):
+            1, OC // 16, OH, OW, 16, K, K, IC // 64, 16, 4):       # K: 3 or 1
         with T.block("conv2d_NCHWc_int8"):
             ...
             conv[n, oc_chunk, oh, ow, oc_block] += T.Cast("int32", data_pad[n, ic_outer,
@@ -16,7 +16,7 @@ Every (oh, 16 output channels) slice of that is a matrix product AMX does in one
 ``R`` consecutive output pixels (tile rows) x 64 input channels (one tile row of data: 64 bytes,
 the pixels ``ic_bn`` bytes apart in ``NCHW64c``) times the 16x16x4 weight block (one 16x64-byte
 tile, already in the order ``tdpbusd`` wants). The rule splits the conv into blocks of ``MH``
-output rows x ``R`` pixels x 32 output channels, tensorizes each block's whole reduction (3 x 3
+output rows x ``R`` pixels x 32 output channels, tensorizes each block's whole reduction (K x K
 taps x IC/64) with one intrinsic that keeps its ``2 * MH`` accumulator tiles in tile registers
 (loaded from the output once, stored once), and runs the blocks in parallel. The rule tiles and
 marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reduction and tensorizes
@@ -52,15 +52,15 @@ form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta_rules.cpu.amx_tensorize`,
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
-The rule only touches a block that has exactly that shape (3x3, uint8 x int8 -> int32, 64-channel
-data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the data tile's
-rows are then 128 bytes apart, and the block stays open to the other rules too), and only for a
-target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is left as it
-came, for the rules after it. Code from it runs only in a process that holds the kernel's permission
-for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration is loaded by the
-intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it otherwise), only
-where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as much as a
-dozen ``tdpbusd`` (docs/cpu.md).
+The rule only touches a block that has exactly that shape (3x3 or 1x1, uint8 x int8 -> int32,
+64-channel data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the
+data tile's rows are then 128 bytes apart, and the block stays open to the other rules too), and
+only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
+left as it came, for the rules after it. Code from it runs only in a process that holds the
+kernel's permission for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration
+is loaded by the intrinsic itself (``ldtilecfg`` is per thread; TVM's pool threads never see it
+otherwise), only where the thread's current one (``sttilecfg``) differs: ``ldtilecfg`` costs as
+much as a dozen ``tdpbusd`` (docs/cpu.md).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from tvm.tir.schedule import BlockRV, Schedule
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
 from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.cpu.amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic
+from meta_rules.cpu.amx_intrinsics import KERNELS, STRIDES, AMXConvShape, register_intrinsic
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,9 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if kinds != "SSSSSRRRRR" or None in extents:
         return None
     n, oc_chunks, height, width, oc_block, kh, kw, ic_blocks, ic_f, ic_s = extents
-    if (n, oc_block, kh, kw, ic_f, ic_s) != (1, 16, 3, 3, 16, 4) or oc_chunks % OC_TILES:
+    if (n, oc_block, ic_f, ic_s) != (1, 16, 16, 4) or oc_chunks % OC_TILES:
+        return None
+    if kh != kw or kh not in KERNELS:
         return None
     if not isinstance(stmt.body, tir.BufferStore) or stmt.init is None:
         return None
@@ -117,7 +119,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     data, kernel = _data_and_kernel(stmt)
     if data is None or out.dtype != "int32" or data.dtype != "uint8" or kernel.dtype != "int8":
         return None
-    if [_static(d) for d in kernel.shape] != [oc_chunks, ic_blocks, 3, 3, 16, 16, 4]:
+    if [_static(d) for d in kernel.shape] != [oc_chunks, ic_blocks, kh, kw, 16, 16, 4]:
         return None
     if _static(data.shape[-1]) != TILE_BYTES or len(data.shape) != 5:
         return None
@@ -125,7 +127,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if stride is None or _rows_for(width) < MIN_ROWS:
         return None
     return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
-                        2 if height % 2 == 0 else 1, stride)
+                        2 if height % 2 == 0 else 1, stride, kh)
 
 
 def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[tir.Buffer]]:
@@ -163,7 +165,7 @@ def _read_stride(stmt: tir.Block, data: tir.Buffer) -> Optional[int]:
 
 def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
     """64-channel blocks per intrinsic call for the rule's second design of a deep conv, None
-    where it has none: a chunk whose weights for one output-channel pair (2 x 9 x chunk KiB)
+    where it has none: a chunk whose weights for one output-channel pair (2 x K*K x chunk KiB)
     stay in L1 while every output row is computed (see :func:`schedule_amx_conv`)."""
     chunks = [d for d in (1, 2) if d < shape.ic_blocks and shape.ic_blocks % d == 0]
     return max(chunks) if chunks else None

@@ -1,18 +1,18 @@
-"""The AMX conv tensor intrinsics: one block's whole 3x3 reduction, accumulators in tile registers.
+"""The AMX conv tensor intrinsics: one block's whole 3x3 or 1x1 reduction, accumulators in tiles.
 
 :class:`~meta_rules.cpu.amx_conv.AMXConv` tensorizes a block of ``MH`` output rows x ``R`` pixels x 32
 output channels of TOPI's int8 ``conv2d_NCHWc_int8`` (data ``NCHW64c``, weights
 ``OIHW16i16o4i``, the module doc of :mod:`meta_rules.cpu.amx_conv`) with one intrinsic per block
 shape, named (the name is stored in tuning records: it never changes)::
 
-    quantfuse_amx_conv3x3[s<stride>]_m<MH>_r<R>_k<64-channel blocks>
+    quantfuse_amx_conv<K>x<K>[s<stride>]_m<MH>_r<R>_k<64-channel blocks>     (K: 3 or 1)
 
 Its description is that block's computation; its implementation (``R`` rows per tile, ``2 * MH``
 accumulator tiles 0-3, ``MH`` data tiles 4-5, two weight tiles 6-7)::
 
     sttilecfg(current); if current != the configuration: ldtilecfg(config)
     tileloadd64 each accumulator tile from C
-    for kh, kw, kb in T.grid(3, 3, K):
+    for kh, kw, kb in T.grid(K, K, blocks):
         tileloadd64 MH data tiles (rows ``stride * 64`` bytes apart), 2 weight tiles
         tdpbusd x (2 * MH)
     tilestored64 each accumulator tile to C
@@ -46,8 +46,10 @@ from tvm.script.ir_builder import tir as T
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_words, tile_config
 
 STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
-# the names AMXConvShape.intrinsic makes: stride (absent: 1), row block, rows per tile, 64-channel blocks
-_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv3x3(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+KERNELS = (3, 1)  # square kernel sizes; 3 keeps the first names (quantfuse_amx_conv3x3...)
+# the names AMXConvShape.intrinsic makes: kernel, stride (absent: 1), row block, rows per tile,
+# 64-channel blocks
+_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv(\d)x\1(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
 ACCUMULATOR_TILE, DATA_TILE, WEIGHT_TILE = 0, 4, 6  # first tile of each kind
 
 
@@ -62,11 +64,13 @@ class AMXConvShape:
     rows: int  # R: output pixels per tile (a divisor of width, at most 16)
     row_block: int  # MH: output rows per block (2 where height is even, else 1)
     stride: int = 1  # the same in both directions
+    kernel: int = 3  # K: the kernel is K x K (one of KERNELS)
 
     @property
     def intrinsic(self) -> str:
         stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
-        return f"quantfuse_amx_conv3x3{stride}_m{self.row_block}_r{self.rows}_k{self.ic_blocks}"
+        return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}_m{self.row_block}"
+                f"_r{self.rows}_k{self.ic_blocks}")
 
 
 def _tile_rows(shape: AMXConvShape) -> dict:
@@ -85,26 +89,26 @@ class _Buffers:
     """The intrinsic's three buffers, matched with free strides (C's rows are 16 int32 apart)."""
 
     def __init__(self, shape: AMXConvShape) -> None:
-        mh, r, kb, s = shape.row_block, shape.rows, shape.ic_blocks, shape.stride
-        self.a_rows, self.a_cols = s * (mh - 1) + 3, s * (r - 1) + 3  # the data a block reads
+        mh, r, kb, s, k = shape.row_block, shape.rows, shape.ic_blocks, shape.stride, shape.kernel
+        self.a_rows, self.a_cols = s * (mh - 1) + k, s * (r - 1) + k  # the data a block reads
         a, b, c = (T.arg(name, T.handle()) for name in ("a", "b", "c"))
         self.sa = [T.int32() for _ in range(4)]
         sb = [T.int32() for _ in range(4)]
         sc = [T.int32() for _ in range(3)]
         self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, 64), "uint8",
                                 offset_factor=1, strides=[*self.sa, 1])
-        self.B = T.match_buffer(b, (2, kb, 3, 3, 16, 16, 4), "int8", offset_factor=1,
+        self.B = T.match_buffer(b, (2, kb, k, k, 16, 16, 4), "int8", offset_factor=1,
                                 strides=[*sb, 64, 4, 1])
         self.C = T.match_buffer(c, (1, 2, mh, r, 16), "int32", offset_factor=1,
                                 strides=[*sc, 16, 1])
-        self.mh, self.r, self.kb, self.s = mh, r, kb, s
+        self.mh, self.r, self.kb, self.s, self.k = mh, r, kb, s, k
 
     def root(self) -> None:
         """The root block's reads and writes (call inside it)."""
-        mh, r, kb = self.mh, self.r, self.kb
+        mh, r, kb, k = self.mh, self.r, self.kb, self.k
         T.reads(self.C[0, 0:2, 0:mh, 0:r, 0:16],
                 self.A[0, 0:kb, 0:self.a_rows, 0:self.a_cols, 0:64],
-                self.B[0:2, 0:kb, 0:3, 0:3, 0:16, 0:16, 0:4])
+                self.B[0:2, 0:kb, 0:k, 0:k, 0:16, 0:16, 0:4])
         T.writes(self.C[0, 0:2, 0:mh, 0:r, 0:16])
 
 
@@ -121,24 +125,26 @@ def _prim_func(shape: AMXConvShape, body) -> tir.PrimFunc:
 
 
 def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
-    """What one block computes: ``C += A * B`` over the block's 3x3 taps and 64-channel blocks."""
+    """What one block computes: ``C += A * B`` over the block's K x K taps and 64-channel blocks."""
     def body(buf: _Buffers) -> None:
         loops = ([("oh", buf.mh)] if buf.mh > 1 else []) + [
-            ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", 3), ("kw", 3),
+            ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", buf.k), ("kw", buf.k),
             ("ico", buf.kb), ("icf", 16), ("ics", 4)]
         with T.grid(*(extent for _, extent in loops)) as loop_vars:
             loop = dict(zip((name for name, _ in loops), loop_vars))
-            # blockize binds a unit row-block or channel-block loop outside the block
+            # blockize binds a unit row-block, channel-block or (1x1) tap loop outside the block
             bound = [name for name in ("occ", "oh", "ow", "ocb", "kh", "kw", "ico", "icf", "ics")
-                     if name in loop and (name != "ico" or buf.kb > 1)]
+                     if name in loop and (name != "ico" or buf.kb > 1)
+                     and (name not in ("kh", "kw") or buf.k > 1)]
             kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
             with T.block("update"):
                 v = dict(zip(bound, T.axis.remap(kinds, [loop[name] for name in bound])))
                 oh, ico, s = v.get("oh", 0), v.get("ico", 0), buf.s
+                kh, kw = v.get("kh", 0), v.get("kw", 0)
                 out = [0, v["occ"], oh, v["ow"], v["ocb"]]
-                product = (T.Cast("int32", buf.A[0, ico, oh * s + v["kh"], v["ow"] * s + v["kw"],
+                product = (T.Cast("int32", buf.A[0, ico, oh * s + kh, v["ow"] * s + kw,
                                                  v["icf"] * 4 + v["ics"]])
-                           * T.Cast("int32", buf.B[v["occ"], ico, v["kh"], v["kw"], v["icf"],
+                           * T.Cast("int32", buf.B[v["occ"], ico, kh, kw, v["icf"],
                                                    v["ocb"], v["ics"]]))
                 T.buffer_store(buf.C, buf.C[tuple(out)] + product, out)
 
@@ -172,7 +178,7 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
             for m, n in accumulators:
                 _call("tileloadd64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
                       T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
-            with T.grid(3, 3, buf.kb) as (kh, kw, kb):
+            with T.grid(buf.k, buf.k, buf.kb) as (kh, kw, kb):
                 for m in range(buf.mh):
                     _call("tileloadd64", T.uint8(DATA_TILE + m),
                           T.address_of(buf.A[0, kb, kh + buf.s * m, kw, 0]),
@@ -201,15 +207,15 @@ def register_intrinsic(shape: AMXConvShape) -> str:
 
 
 def shape_of_intrinsic(name: str) -> Optional[AMXConvShape]:
-    """The block shape an intrinsic name stands for (``quantfuse_amx_conv3x3_m2_r14_k1``); None
-    when ``name`` is not one of ours."""
+    """The block shape an intrinsic name stands for (``quantfuse_amx_conv3x3_m2_r14_k1``,
+    ``quantfuse_amx_conv1x1s2_m1_r7_k4``); None when ``name`` is not one of ours."""
     match = _INTRINSIC_NAME.fullmatch(name)
     if match is None:
         return None
-    stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
-    if stride not in STRIDES:
+    kernel, stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
+    if stride not in STRIDES or kernel not in KERNELS:
         return None
-    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride)
+    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel)
 
 
 def register_intrinsic_by_name(name: str) -> bool:

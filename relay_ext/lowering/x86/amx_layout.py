@@ -7,10 +7,11 @@ of TOPI's fallback configuration (``_get_default_config_int8``): 16 input channe
 ``OIHW16i16o4i`` weights (each 16x16x4 weight block one tile), output ``NCHW16c`` as before.
 
 :func:`install` wraps that fallback configuration in TOPI's layout pass: for a target whose LLVM
-features include ``amx-tile`` and ``amx-int8``, a conv the AMX rule can take (3x3, stride 1 or 2,
-dilation 1, one group, input channels a multiple of 64, output channels of 32) gets 64-channel
-input blocks and 16-channel output blocks; every other conv, and every conv of any other target,
-keeps TOPI's choice. Relay inserts the layout transforms between convs of different blocks.
+features include ``amx-tile`` and ``amx-int8``, a conv the AMX rule can take (3x3 or 1x1, stride 1
+or 2, dilation 1, one group, input channels a multiple of 64, output channels of 32) gets
+64-channel input blocks and 16-channel output blocks; every other conv, and every conv of any
+other target, keeps TOPI's choice. Relay inserts the layout transforms between convs of
+different blocks.
 
 It also keeps TOPI's own AMX code out of such a target: TOPI's x86 ``dense`` and
 ``batch_matmul`` schedules switch to their AMX variants when the target has ``amx-int8``, and on
@@ -25,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from tvm.target import Target
 
-from meta_rules.cpu.amx_intrinsics import STRIDES
+from meta_rules.cpu.amx_intrinsics import KERNELS, STRIDES
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -33,13 +34,14 @@ logger = logging.getLogger(__name__)
 AMX_IC_BLOCK = TILE_BYTES  # input channels per data block: one tile row of uint8
 OC_BLOCK = TILE_ROWS  # output channels per block: one accumulator tile's 16 int32 columns
 AMX_STRIDES = tuple((stride, stride) for stride in STRIDES)
+AMX_KERNELS = tuple((kernel, kernel) for kernel in KERNELS)
 _topi_default_config: Optional[Callable[..., Any]] = None
 
 
 def amx_eligible(in_channels: int, out_channels: int, kernel: tuple, strides: tuple,
                  dilation: tuple, groups: int = 1) -> bool:
     """Whether :mod:`meta_rules.cpu.amx_conv` can take a conv of this shape."""
-    return (groups == 1 and tuple(kernel) == (3, 3) and tuple(strides) in AMX_STRIDES
+    return (groups == 1 and tuple(kernel) in AMX_KERNELS and tuple(strides) in AMX_STRIDES
             and tuple(dilation) == (1, 1) and in_channels % AMX_IC_BLOCK == 0
             and out_channels % (OC_TILES * OC_BLOCK) == 0)
 

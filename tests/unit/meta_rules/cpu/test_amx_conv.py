@@ -49,9 +49,12 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     ({"ic_block": 16}, False),    # a 16-channel data block: a quarter of a tile row
     ({"stride": 2}, True),
     ({"stride": 3}, False),
-    ({"kernel": 1}, False),
+    ({"kernel": 1}, True),
+    ({"kernel": 1, "stride": 2}, True),
+    ({"kernel": 1, "ic_block": 16}, False),
+    ({"kernel": 5}, False),
 ])
-def test_only_a_3x3_stride_1_conv_with_64_channel_blocks_is_taken(kwargs, eligible):
+def test_only_a_3x3_or_1x1_stride_1_or_2_conv_with_64_channel_blocks_is_taken(kwargs, eligible):
     sch = tir.Schedule(conv_module(**kwargs))
     assert (amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8")) is not None) == eligible
 
@@ -95,6 +98,23 @@ def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_p
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3s3_m2_r14_k1")
 
 
+def test_a_1x1_conv_gets_its_own_intrinsics_and_each_design_passes_the_postprocs():
+    context, spaces = design_spaces(conv_module(channels=128, height=14, kernel=1), AMX)
+    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv1x1_m2_r14_k2"],
+                                                       ["quantfuse_amx_conv1x1_m2_r14_k1"]]
+    for sch in spaces:
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch), str(postproc)
+        tvm.build(sch.mod, target=AMX)
+    context, spaces = design_spaces(conv_module(channels=64, height=14, stride=2, kernel=1), AMX)
+    marks = [amx_tensorizes(sch) for sch in spaces]
+    assert marks.count(["quantfuse_amx_conv1x1s2_m1_r7_k1"]) == 1  # output 7x7
+    assert register_intrinsic_by_name("quantfuse_amx_conv1x1s2_m2_r14_k4")
+    assert not register_intrinsic_by_name("quantfuse_amx_conv5x5_m2_r14_k4")
+    assert not register_intrinsic_by_name("quantfuse_amx_conv1x3_m2_r14_k4")
+
+
 def test_without_amx_the_rule_leaves_the_conv_to_the_other_rules():
     _, spaces = design_spaces(conv_module(), VNNI)
     assert spaces and not any(amx_tensorizes(sch) for sch in spaces)
@@ -119,18 +139,20 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3_bad")
 
 
-@pytest.mark.parametrize("channels,height,stride", [(64, 8, 1), (128, 7, 1), (256, 8, 1),
-                                                  (64, 16, 2), (256, 14, 2)])
-def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stride):
+@pytest.mark.parametrize("channels,height,stride,kernel", [
+    (64, 8, 1, 3), (128, 7, 1, 3), (256, 8, 1, 3), (64, 16, 2, 3), (256, 14, 2, 3),
+    (64, 8, 1, 1), (256, 14, 1, 1), (64, 16, 2, 1), (128, 14, 2, 1)])
+def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stride, kernel):
     if not request_amx_tile_data():
         pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
                     "AMX code cannot run here")
-    context, spaces = design_spaces(conv_module(channels, height, stride=stride), AMX)
+    context, spaces = design_spaces(conv_module(channels, height, stride=stride, kernel=kernel),
+                                    AMX)
     rng = np.random.default_rng(0)
     data = rng.integers(0, 256, (1, channels // 64, height, height, 64), dtype=np.uint8)
-    weight = rng.integers(-128, 128, (channels // 16, channels // 64, 3, 3, 16, 16, 4),
+    weight = rng.integers(-128, 128, (channels // 16, channels // 64, kernel, kernel, 16, 16, 4),
                           dtype=np.int8)
-    expected = reference(data, weight, stride)
+    expected = reference(data, weight, stride, kernel)
     assert any(amx_tensorizes(sch) for sch in spaces)
     x86_codegen.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
     for sch in spaces:
@@ -168,7 +190,10 @@ def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the
     assert conv_layouts(relay_conv(64, 64), AMX) == [("NCHW64c", "OIHW16i16o4i")]
     assert conv_layouts(relay_conv(64, 64), VNNI) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW64c", "OIHW16i16o4i")]
-    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, kernel=1, stride=2), AMX) == [
+        ("NCHW64c", "OIHW16i16o4i")]
+    assert conv_layouts(relay_conv(64, 64, kernel=5), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
 
 
@@ -182,16 +207,17 @@ def test_topis_amx_dense_is_not_chosen_for_an_amx_target():
         assert dense.target_has_features(["avx512bw", "avx512f"])
 
 
-@pytest.mark.parametrize("row_block, rows, blocks, stride", [(2, 14, 1, 1), (1, 7, 4, 2)])
+@pytest.mark.parametrize("row_block, rows, blocks, stride, kernel", [
+    (2, 14, 1, 1, 3), (1, 7, 4, 2, 3), (2, 14, 4, 1, 1), (1, 7, 2, 2, 1)])
 def test_the_intrinsic_keeps_its_accumulators_in_tiles_and_loads_its_configuration(
-        row_block, rows, blocks, stride):
+        row_block, rows, blocks, stride, kernel):
     """Checked on the TIR, so on any host: per block 2 * MH accumulator loads and stores outside
     the reduction loop, inside it MH data and 2 weight tile loads and 2 * MH tdpbusd; the
     configuration holds R-row accumulator and data tiles and 16-row weight tiles."""
     from meta_rules.cpu.amx_intrinsics import AMXConvShape, intrinsic_implementation
     from meta_rules.cpu.amx_tiles import config_words, tile_config
 
-    shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride)
+    shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride, kernel)
     script = intrinsic_implementation(shape).script()
     accumulators = 2 * row_block
     assert script.count("llvm.x86.tdpbusd") == accumulators

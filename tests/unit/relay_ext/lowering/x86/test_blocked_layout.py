@@ -14,7 +14,7 @@ from tests.quantized_test_nets import MobileNetV2Style, ResidualConvNet, fx_quan
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"  # as the build keeps it
-AMX_COPIES = ("the AMX 3x3 conv writes 16-channel output blocks and reads 64-channel input "
+AMX_COPIES = ("the AMX convs (3x3, 1x1) write 16-channel output blocks and read 64-channel input "
               "blocks: a copy between two AMX convs remains (docs/BENCHMARKS.md)")
 
 
