@@ -141,6 +141,13 @@ def int32_add_step(scales: list[float]) -> float | None:
     return None if bits < 0 else finest * 2.0**-bits
 
 
+def int32_pair(expr: relay.Expr, step: float) -> relay.Expr:
+    """``expr`` quantized to int32 at ``step``, zero point 0, and dequantized again: the operand
+    form FakeQuantizationToInteger adds as plain int32 when both operands share the step."""
+    scale, zero = relay.const(np.float32(step)), relay.const(np.int32(0))
+    return relay.qnn.op.dequantize(relay.qnn.op.quantize(expr, scale, zero, out_dtype="int32"), scale, zero)
+
+
 def single_rounding_adds(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with both operands of every ``add`` of two per-tensor dequantized 8-bit tensors
     (constant scales and zero points) given an int32 quantize/dequantize pair at
@@ -187,10 +194,7 @@ class _AddRewriter(ExprMutator):
         if step is None:
             return new
         self.count += 1
-        scale, zero = relay.const(np.float32(step)), relay.const(np.int32(0))
-        left, right = (relay.qnn.op.dequantize(relay.qnn.op.quantize(arg, scale, zero, out_dtype="int32"), scale, zero)
-                       for arg in new.args)
-        return relay.add(left, right)
+        return relay.add(int32_pair(new.args[0], step), int32_pair(new.args[1], step))
 
 
 # Ops that move dimensions without changing values, whose handler must move the quantization axis.

@@ -37,9 +37,8 @@ import numpy as np
 import torch
 from tvm import relay
 
-from relay_ext.frontend.pt2e_graph import DEQUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, GraphConverter, op_name
-
-QUANTIZE_PER_TENSOR = "quantized_decomposed.quantize_per_tensor"
+from relay_ext.frontend.pt2e_graph import (DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, SHAPE_OPS, Constant, GraphConverter,
+                                           clipped_quantize, op_name, relay_dtype)
 # Ops through which a value keeps its quantization (moves, splits, reshapes, the identity).
 _PASS_THROUGH = SHAPE_OPS | {"aten.chunk", "aten.split", "aten.split_with_sizes", "_operator.getitem"}
 # Ops that commute with quantizing at one step: q(f(x)) == f(q(x)) elementwise.
@@ -130,8 +129,7 @@ def _params(converter: GraphConverter, quantize: Any) -> tuple[float, int, int, 
     def scalar(value: Any) -> Any:
         return (value.array if isinstance(value, Constant) else np.asarray(value)).reshape(-1)[0].item()
 
-    out_dtype = {torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32"}[dtype]
-    return float(scalar(scale)), int(scalar(zero_point)), int(quant_min), int(quant_max), out_dtype
+    return float(scalar(scale)), int(scalar(zero_point)), int(quant_min), int(quant_max), relay_dtype(dtype)
 
 
 def fake_quantize(expr: relay.Expr, scale: float, zero_point: int, dtype: str,
@@ -139,9 +137,4 @@ def fake_quantize(expr: relay.Expr, scale: float, zero_point: int, dtype: str,
     """``expr`` quantized (to ``dtype``, clipped to ``quant_min .. quant_max`` where they narrow
     it) and dequantized again, per tensor."""
     step, zero = relay.const(np.float32(scale)), relay.const(np.int32(zero_point))
-    quantized = relay.qnn.op.quantize(expr, step, zero, out_dtype=dtype)
-    info = np.iinfo(dtype)
-    low, high = info.min if quant_min is None else quant_min, info.max if quant_max is None else quant_max
-    if (low, high) != (info.min, info.max):
-        quantized = relay.clip(quantized, low, high)
-    return relay.qnn.op.dequantize(quantized, step, zero)
+    return relay.qnn.op.dequantize(clipped_quantize(expr, step, zero, dtype, quant_min, quant_max), step, zero)

@@ -31,6 +31,27 @@ SHAPE_OPS = frozenset({"aten.flatten", "aten.reshape", "aten.view", "aten._unsaf
                        "aten.transpose", "aten.squeeze", "aten.unsqueeze", "aten.clone", "aten.contiguous",
                        "aten.dropout", "aten.dropout_"})
 DEQUANTIZE_PER_TENSOR = "quantized_decomposed.dequantize_per_tensor"
+QUANTIZE_PER_TENSOR = "quantized_decomposed.quantize_per_tensor"
+_RELAY_DTYPES = {torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32"}
+
+
+def relay_dtype(torch_dtype: torch.dtype) -> str:
+    """The Relay dtype of a quantize's integer dtype (uint8, int8, int32)."""
+    return _RELAY_DTYPES[torch_dtype]
+
+
+def clipped_quantize(expr: relay.Expr, scale: relay.Expr, zero_point: relay.Expr, dtype: str,
+                     quant_min: int | None = None, quant_max: int | None = None,
+                     axis: int = -1) -> relay.Expr:
+    """``qnn.quantize`` to ``dtype``, clipped to ``quant_min .. quant_max`` where they narrow the
+    dtype's range (PT2E's 7-bit ranges, XNNPACK's -127 weights)."""
+    quantized = relay.qnn.op.quantize(expr, scale, zero_point, axis=axis, out_dtype=dtype)
+    info = np.iinfo(dtype)
+    low = info.min if quant_min is None else quant_min
+    high = info.max if quant_max is None else quant_max
+    if (low, high) != (info.min, info.max):
+        quantized = relay.clip(quantized, low, high)
+    return quantized
 
 
 class UnsupportedOperator(ValueError):

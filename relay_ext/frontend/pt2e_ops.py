@@ -30,9 +30,10 @@ import numpy as np
 import torch
 from tvm import relay
 
-from relay_ext.frontend.fq2i_prepare import int32_add_step
-from relay_ext.frontend.pt2e_cat import convert_cat, convert_stack, fake_quantize
-from relay_ext.frontend.pt2e_graph import DEQUANTIZE_PER_TENSOR, Constant, Converter, GraphConverter, UnsupportedOperator, op_name
+from relay_ext.frontend.fq2i_prepare import int32_add_step, int32_pair
+from relay_ext.frontend.pt2e_cat import convert_cat, convert_stack
+from relay_ext.frontend.pt2e_graph import (DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, Constant, Converter, GraphConverter,
+                                           UnsupportedOperator, clipped_quantize, op_name, relay_dtype)
 from relay_ext.frontend.pt2e_transformer_ops import TRANSFORMER_CONVERTERS, float_bias, heads_split_input
 
 
@@ -42,23 +43,14 @@ def _pair(value: Any, length: int = 2) -> tuple[int, ...]:
     return (int(value),) * length
 
 
-def _dtype(torch_dtype: torch.dtype) -> str:
-    return {torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32"}[torch_dtype]
-
-
 def _quantize(converter: GraphConverter, node: Any) -> relay.Expr:
     per_channel = op_name(node.target).endswith("per_channel")
     data = converter.input(node)
     scale, zero_point = converter.arg(node, 1), converter.arg(node, 2)
     axis = int(converter.arg(node, 3)) if per_channel else -1
     quant_min, quant_max, dtype = (converter.arg(node, i) for i in ((4, 5, 6) if per_channel else (3, 4, 5)))
-    out_dtype = _dtype(dtype)
-    quantized = relay.qnn.op.quantize(data, _float_const(scale), _int_const(zero_point), axis=axis,
-                                      out_dtype=out_dtype)
-    info = np.iinfo(out_dtype)
-    if (quant_min, quant_max) != (info.min, info.max):
-        quantized = relay.clip(quantized, quant_min, quant_max)
-    return quantized
+    return clipped_quantize(data, _float_const(scale), _int_const(zero_point), relay_dtype(dtype),
+                            quant_min, quant_max, axis=axis)
 
 
 def _dequantize(converter: GraphConverter, node: Any) -> relay.Expr:
@@ -173,7 +165,7 @@ def int32_residual_operands(node: Any, left: relay.Expr, right: relay.Expr) -> t
             return left, right
     else:
         step = scales[0] * RESIDUAL_STEP_FRACTION
-    return fake_quantize(left, step, 0, "int32"), fake_quantize(right, step, 0, "int32")
+    return int32_pair(left, step), int32_pair(right, step)
 
 
 def _dequantized_scale(arg: Any) -> float | None:
@@ -316,7 +308,7 @@ def _getitem(converter: GraphConverter, node: Any) -> Any:
 
 
 CONVERTERS: dict[str, Converter] = {
-    "quantized_decomposed.quantize_per_tensor": _quantize,
+    QUANTIZE_PER_TENSOR: _quantize,
     "quantized_decomposed.quantize_per_channel": _quantize,
     "quantized_decomposed.dequantize_per_tensor": _dequantize,
     "quantized_decomposed.dequantize_per_channel": _dequantize,

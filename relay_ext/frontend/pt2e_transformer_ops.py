@@ -47,14 +47,13 @@ from tvm import relay
 
 from relay_ext.frontend.pt2e_cat import is_dequantized
 from relay_ext.frontend.pt2e_graph import (
+    QUANTIZE_PER_TENSOR,
     Constant,
     Converter,
     GraphConverter,
     UnsupportedOperator,
     op_name,
 )
-
-_QUANTIZE = "quantized_decomposed.quantize_per_tensor"
 
 
 def float_tanh(x: relay.Expr) -> relay.Expr:
@@ -153,7 +152,7 @@ def float_bias(node: Any) -> bool:
     is quantized, or is the program's output, keeps ``nn.bias_add``: the quantize rounds far more
     coarsely, the output moves by a fraction of a step at most."""
     users = list(node.users)
-    return bool(users) and not any(user.op == "output" or op_name(user.target) == _QUANTIZE for user in users)
+    return bool(users) and not any(user.op == "output" or op_name(user.target) == QUANTIZE_PER_TENSOR for user in users)
 
 
 def heads_split_input(expr: relay.Expr, node: Any) -> relay.Expr:
