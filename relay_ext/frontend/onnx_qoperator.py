@@ -79,7 +79,11 @@ def to_qdq(model: Any) -> Any:
     nodes = []
     for node in graph.node:
         handler = _handler(node)
-        nodes.extend(handler(rewriter, node) if handler is not None else [node])
+        if handler is None:
+            nodes.append(node)
+            continue
+        nodes.extend(handler(rewriter, node))
+        rewriter.rewritten += 1
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(rewriter.new_initializers)
@@ -321,14 +325,6 @@ def _concat(rw: _Rewriter, node: Any) -> list[Any]:
     return nodes
 
 
-def _counted(rewrite: Callable[[_Rewriter, Any], list[Any]]) -> Callable[[_Rewriter, Any], list[Any]]:
-    def counted(rw: _Rewriter, node: Any) -> list[Any]:
-        rw.rewritten += 1
-        return rewrite(rw, node)
-
-    return counted
-
-
 _STANDARD = {"QLinearConv": _conv, "QLinearMatMul": _matmul}
 _MICROSOFT = {
     "QGemm": _gemm,
@@ -341,9 +337,8 @@ _MICROSOFT = {
     "QLinearSoftmax": _softmax,
     "QLinearConcat": _concat,
 }
-_HANDLERS = {("", name): _counted(rewrite) for name, rewrite in _STANDARD.items()}
-_HANDLERS.update({("ai.onnx", name): _counted(rewrite) for name, rewrite in _STANDARD.items()})
-_HANDLERS.update({(MICROSOFT, name): _counted(rewrite) for name, rewrite in _MICROSOFT.items()})
+_HANDLERS = {(domain, name): rewrite for domain in ("", "ai.onnx") for name, rewrite in _STANDARD.items()}
+_HANDLERS.update({(MICROSOFT, name): rewrite for name, rewrite in _MICROSOFT.items()})
 QOPERATOR_OPS = frozenset(name for _, name in _HANDLERS)
 
 
