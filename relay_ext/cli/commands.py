@@ -53,8 +53,9 @@ def print_fusion_table(report) -> None:
     print(text_table(fusion_header(report), fusion_rows(report)))
     for note in failure_notes(report):
         print(note)
-    if layout_line(report) is not None:
-        print(layout_line(report))
+    line = layout_line(report)
+    if line is not None:
+        print(line)
 
 
 def cmd_fusion(args) -> int:

@@ -54,7 +54,7 @@ from relay_ext.lowering.targets import check_runs_here, normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.measure.in_model import PREFIX, kernel_name, profiled_runs
 from relay_ext.measure.timing import load_average, tvm_timer, with_tvm_threads
-from relay_ext.peers.base import PeerModel
+from relay_ext.peers.base import PeerModel, first_line
 from relay_ext.report.tables import machine_description
 from relay_ext.workdir.files import RECORD_FILE, TASK_TIMINGS_FILE, open_tuned_database
 
@@ -233,8 +233,7 @@ def _openvino_side(loaded: LoadedModel, work_dir: Optional[Path], threads: int, 
             counters = openvino_layers(path, loaded.example_input, threads, rounds=2 * rounds,
                                        timing_rounds=rounds)
         except Exception as error:  # pylint: disable=broad-except - OpenVINO raises RuntimeError & co
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-            return None, f"OpenVINO failed on {path.name}: {(lines or [type(error).__name__])[0]}"
+            return None, f"OpenVINO failed on {path.name}: {first_line(error, limit=300)}"
     signatures = {task.task_name: conv_signature(task)
                   for task in lowered_tasks(loaded.mod, loaded.params, target, variant)}
     for row in rows:

@@ -90,6 +90,7 @@ def fusion_markdown(report: FusionReport, title: str) -> str:
     notes = failure_notes(report)
     if notes:
         lines += ["", *[f"- {note}" for note in notes]]
-    if layout_line(report) is not None:
-        lines += ["", f"Layout copies (kernel runs per inference): {layout_line(report)}"]
+    layout = layout_line(report)
+    if layout is not None:
+        lines += ["", f"Layout copies (kernel runs per inference): {layout}"]
     return "\n".join(lines) + "\n"
