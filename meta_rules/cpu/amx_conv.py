@@ -33,9 +33,10 @@ marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reductio
                 ... tilestored64 (accumulators)
             epilogue (the conv's one consumer, reverse_compute_at here)
 
-For a conv of 128 input channels or more the rule returns a second design, the reduction in
-chunks (:func:`reduction_chunk`) with the rows inside the chunk loop, so that a chunk's weights
-serve every row from L1::
+For a conv whose weights for one output-channel pair exceed 32 KiB (3x3 of 128 input channels
+or more, 1x1 of more than 1024) the rule returns a second design, the reduction in chunks
+(:func:`reduction_chunk`) with the rows inside the chunk loop, so that a chunk's weights serve
+every row from L1::
 
     for fused in T.parallel(OC // 32):                     # n, oc pair
         conv_init ... (all rows)
@@ -86,6 +87,9 @@ logger = logging.getLogger(__name__)
 
 MIN_ROWS = 4  # fewer pixels per tile (a width with no divisor from 4 to 16) waste the tiles
 AMX_ANNOTATION = "quantfuse.amx_conv_intrinsic"  # on a blockized conv block: the intrinsic
+# The weights one output-channel pair may read over its reduction and still find in L1 (of the
+# 48 KiB L1 data cache of the AMX cores: the data and accumulator tiles need the rest).
+L1_WEIGHT_BYTES = 32 * 1024
 
 
 def _rows_for(width: int) -> int:
@@ -163,10 +167,22 @@ def _read_stride(stmt: tir.Block, data: tir.Buffer) -> Optional[int]:
 # ---------------------------------------------------------------------------------------------
 # The schedule.
 
+def pair_weight_bytes(shape: AMXConvShape) -> int:
+    """The bytes of weights one output-channel pair reads over its whole reduction: K*K taps x
+    ``ic_blocks`` x two 16x64-byte tiles."""
+    return shape.kernel * shape.kernel * shape.ic_blocks * OC_TILES * TILE_ROWS * TILE_BYTES
+
+
 def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
     """64-channel blocks per intrinsic call for the rule's second design of a deep conv, None
     where it has none: a chunk whose weights for one output-channel pair (2 x K*K x chunk KiB)
-    stay in L1 while every output row is computed (see :func:`schedule_amx_conv`)."""
+    stay in L1 while every output row is computed (see :func:`schedule_amx_conv`). Only a conv
+    whose pair's weights exceed :data:`L1_WEIGHT_BYTES` has one: below that the one-block
+    design reads them from L1 already, and the chunks' round trips of the accumulators through
+    memory (the whole output of a pair per chunk) only cost (1x1 convs at 56x56 ran 3x slower
+    in chunks, docs/cpu.md)."""
+    if pair_weight_bytes(shape) <= L1_WEIGHT_BYTES:
+        return None
     chunks = [d for d in (1, 2) if d < shape.ic_blocks and shape.ic_blocks % d == 0]
     return max(chunks) if chunks else None
 

@@ -11,7 +11,8 @@ from tvm import meta_schedule as ms
 from tvm import relay, tir
 
 import meta_rules
-from meta_rules.cpu.amx_conv import AMXConv, amx_conv_shape
+from meta_rules.cpu.amx_conv import (L1_WEIGHT_BYTES, AMXConv, amx_conv_shape,
+                                     pair_weight_bytes, reduction_chunk)
 from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
 from meta_rules.cpu.amx_tensorize import marked_blocks
 from meta_rules.cpu.amx_tiles import target_has_amx
@@ -84,6 +85,15 @@ def test_a_deep_conv_also_gets_a_design_that_runs_every_row_per_chunk_of_input_c
     tvm.build(chunked.mod, target=AMX)
 
 
+@pytest.mark.parametrize("channels,kernel,chunk", [
+    (64, 3, None), (128, 3, 1), (256, 3, 2), (128, 1, None), (1024, 1, None), (1152, 1, 2)])
+def test_only_a_conv_whose_weights_outgrow_l1_gets_the_chunked_design(channels, kernel, chunk):
+    sch = tir.Schedule(conv_module(channels=channels, height=7, kernel=kernel))
+    shape = amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8"))
+    assert (pair_weight_bytes(shape) > L1_WEIGHT_BYTES) == (chunk is not None)
+    assert reduction_chunk(shape) == chunk
+
+
 def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_postprocs():
     context, spaces = design_spaces(conv_module(channels=128, height=14, stride=2), AMX)
     marks = [amx_tensorizes(sch) for sch in spaces]
@@ -99,9 +109,9 @@ def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_p
 
 
 def test_a_1x1_conv_gets_its_own_intrinsics_and_each_design_passes_the_postprocs():
+    # 1x1 of 128 channels: the pair's weights (4 KiB) stay in L1, so there is no chunked design
     context, spaces = design_spaces(conv_module(channels=128, height=14, kernel=1), AMX)
-    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv1x1_m2_r14_k2"],
-                                                       ["quantfuse_amx_conv1x1_m2_r14_k1"]]
+    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv1x1_m2_r14_k2"]]
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
@@ -141,7 +151,7 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
 
 @pytest.mark.parametrize("channels,height,stride,kernel", [
     (64, 8, 1, 3), (128, 7, 1, 3), (256, 8, 1, 3), (64, 16, 2, 3), (256, 14, 2, 3),
-    (64, 8, 1, 1), (256, 14, 1, 1), (64, 16, 2, 1), (128, 14, 2, 1)])
+    (64, 8, 1, 1), (256, 14, 1, 1), (64, 16, 2, 1), (128, 14, 2, 1), (1152, 7, 1, 1)])
 def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stride, kernel):
     if not request_amx_tile_data():
         pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "

@@ -133,6 +133,13 @@ def test_the_amx_design_is_the_amx_rules_and_builds_for_amx():
     tvm.build(_scheduled(design), target=AMX)  # LLVM selects the tile instructions
 
 
+def test_a_strided_conv_gets_the_amx_design_before_the_vnni_ones_beside_it():
+    # the rule returns the block as it came too (VNNI's designs); the no-search build takes AMX
+    design = context_design(_context(conv_module(channels=128, height=14, stride=2), AMX))
+    assert design.design == "amx"
+    assert "quantfuse_amx_conv3x3s2" in str(design.trace)
+
+
 def test_the_amx_design_matches_numpy_on_an_amx_host():
     if targets.missing_features(AMX) or not request_amx_tile_data():
         pytest.skip("needs a host whose OS enables AMX int8 and grants tile data")
