@@ -8,10 +8,12 @@ from tvm import te, topi
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"
 
 
-def conv_module(channels=64, height=8, ic_block=64, stride=1, kernel=3):
-    """TOPI's int8 NCHWc conv (as Relay's x86 layout pass makes it) and a requantize-like epilogue."""
+def conv_module(channels=64, height=8, ic_block=64, stride=1, kernel=3, out_channels=None):
+    """TOPI's int8 NCHWc conv (as Relay's x86 layout pass makes it) and a requantize-like epilogue;
+    ``out_channels`` defaults to ``channels``."""
+    out_channels = out_channels or channels
     data = te.placeholder((1, channels // ic_block, height, height, ic_block), "uint8", "data")
-    weight = te.placeholder((channels // 16, channels // ic_block, kernel, kernel,
+    weight = te.placeholder((out_channels // 16, channels // ic_block, kernel, kernel,
                              ic_block // 4, 16, 4), "int8", "weight")
     pad = (kernel - 1) // 2
     conv = topi.nn.conv2d_NCHWc_int8(data, weight, (stride, stride), (pad, pad), (1, 1),

@@ -1,4 +1,4 @@
-"""AMXConv: int8 3x3 and 1x1 convolutions on AMX tiles (``tdpbusd``), a MetaSchedule schedule rule.
+"""AMXConv: int8 3x3, 1x1 and stem convolutions on AMX tiles (``tdpbusd``), a MetaSchedule schedule rule.
 
 TOPI's int8 conv on x86 (``conv2d_NCHWc_int8``) with 64 input channels per block (data
 ``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.x86.amx_layout`` chooses where the
@@ -45,6 +45,16 @@ every row from L1::
                 ...
         epilogue (all rows of the pair)
 
+The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
+64 channels for a tile row; its taps fill the row instead. For one kernel row ``kh``, the K taps
+of output pixel ``ow`` read ``data[.., oh * S + kh, ow * S + kw, 0:4]`` for kw in 0..K-1: K x 4
+contiguous bytes, and the next pixel's start ``S * 4`` bytes further. So a data tile is R rows of
+K x 4 bytes, ``S * 4`` bytes apart (rows overlap; ``tileloadd`` takes any stride), and the weight
+tile of ``kh`` is the K rows ``kernel[oc, 0, kh, 0:K, 0, 0:16, 0:4]``, already contiguous in TOPI's
+layout: one ``tdpbusd`` per kernel row instead of one per tap. The same rule, schedule and
+intrinsic do it (``AMXConvShape.ic_block`` 4: ``quantfuse_amx_conv7x7s2c4_m2_r16_k1``) for any
+conv whose input is one block of 4 x n channels with K x 4n <= 64 bytes and K > 1.
+
 Why one intrinsic per block's whole reduction rather than one 16x16x64 tile product: with the
 latter, MetaSchedule's tensorization keeps no register state between two calls, so every
 ``tdpbusd`` would load and store its accumulator tile; benchmarks/amx_conv_probe.py measured that
@@ -54,7 +64,8 @@ The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
 The rule only touches a block that has exactly that shape (3x3 or 1x1, uint8 x int8 -> int32,
-64-channel data blocks, 16-channel output blocks, an even number of them; stride 1, or 2: the
+64-channel data blocks, or the stem's one narrow block, 16-channel output blocks, an even number
+of them; stride 1, or 2: the
 data tile's rows are then 128 bytes apart, and the block stays open to the other rules too), and
 only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
 left as it came, for the rules after it. Code from it runs only in a process that holds the
@@ -80,7 +91,7 @@ from tvm.tir.schedule import BlockRV, Schedule
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
 from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.cpu.amx_intrinsics import KERNELS, STRIDES, AMXConvShape, register_intrinsic
+from meta_rules.cpu.amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic, supported
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -113,9 +124,12 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if kinds != "SSSSSRRRRR" or None in extents:
         return None
     n, oc_chunks, height, width, oc_block, kh, kw, ic_blocks, ic_f, ic_s = extents
-    if (n, oc_block, ic_f, ic_s) != (1, 16, 16, 4) or oc_chunks % OC_TILES:
+    if (n, oc_block, ic_s) != (1, 16, 4) or oc_chunks % OC_TILES:
         return None
-    if kh != kw or kh not in KERNELS:
+    ic_block = ic_f * ic_s  # bytes of a data block: 64, or the stem's narrow one (folded taps)
+    if ic_block > TILE_BYTES or (ic_block < TILE_BYTES and ic_blocks != 1):
+        return None
+    if kh != kw:
         return None
     if not isinstance(stmt.body, tir.BufferStore) or stmt.init is None:
         return None
@@ -123,15 +137,15 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     data, kernel = _data_and_kernel(stmt)
     if data is None or out.dtype != "int32" or data.dtype != "uint8" or kernel.dtype != "int8":
         return None
-    if [_static(d) for d in kernel.shape] != [oc_chunks, ic_blocks, kh, kw, 16, 16, 4]:
+    if [_static(d) for d in kernel.shape] != [oc_chunks, ic_blocks, kh, kw, ic_f, 16, 4]:
         return None
-    if _static(data.shape[-1]) != TILE_BYTES or len(data.shape) != 5:
+    if _static(data.shape[-1]) != ic_block or len(data.shape) != 5:
         return None
     stride = _read_stride(stmt, data)
-    if stride is None or _rows_for(width) < MIN_ROWS:
+    if stride is None or not supported(kh, stride, ic_block) or _rows_for(width) < MIN_ROWS:
         return None
     return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
-                        2 if height % 2 == 0 else 1, stride, kh)
+                        2 if height % 2 == 0 else 1, stride, kh, ic_block)
 
 
 def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[tir.Buffer]]:
@@ -169,8 +183,9 @@ def _read_stride(stmt: tir.Block, data: tir.Buffer) -> Optional[int]:
 
 def pair_weight_bytes(shape: AMXConvShape) -> int:
     """The bytes of weights one output-channel pair reads over its whole reduction: K*K taps x
-    ``ic_blocks`` x two 16x64-byte tiles."""
-    return shape.kernel * shape.kernel * shape.ic_blocks * OC_TILES * TILE_ROWS * TILE_BYTES
+    the input channels x 16 output channels x 2."""
+    return (shape.kernel * shape.kernel * shape.ic_blocks * shape.ic_block
+            * OC_TILES * TILE_ROWS)
 
 
 def reduction_chunk(shape: AMXConvShape) -> Optional[int]:

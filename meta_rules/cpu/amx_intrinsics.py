@@ -7,6 +7,10 @@ shape, named (the name is stored in tuning records: it never changes)::
 
     quantfuse_amx_conv<K>x<K>[s<stride>]_m<MH>_r<R>_k<64-channel blocks>     (K: 3 or 1)
 
+(``quantfuse_amx_conv<K>x<K>[s<stride>]c<bytes>_...`` for a narrow data block, the stem's: a
+data tile row then holds the K taps of a pixel row, K x ``bytes``, a weight tile K x ``bytes`` / 4
+rows, and the loop runs over kernel rows only.)
+
 Its description is that block's computation; its implementation (``R`` rows per tile, ``2 * MH``
 accumulator tiles 0-3, ``MH`` data tiles 4-5, two weight tiles 6-7)::
 
@@ -47,9 +51,10 @@ from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_wor
 
 STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
 KERNELS = (3, 1)  # square kernel sizes; 3 keeps the first names (quantfuse_amx_conv3x3...)
-# the names AMXConvShape.intrinsic makes: kernel, stride (absent: 1), row block, rows per tile,
-# 64-channel blocks
-_INTRINSIC_NAME = re.compile(r"quantfuse_amx_conv(\d)x\1(?:s(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+# the names AMXConvShape.intrinsic makes: kernel, stride (absent: 1), data block bytes (absent:
+# 64), row block, rows per tile, channel blocks
+_INTRINSIC_NAME = re.compile(
+    r"quantfuse_amx_conv(\d+)x\1(?:s(\d+))?(?:c(\d+))?_m(\d+)_r(\d+)_k(\d+)")
 ACCUMULATOR_TILE, DATA_TILE, WEIGHT_TILE = 0, 4, 6  # first tile of each kind
 
 
@@ -64,25 +69,56 @@ class AMXConvShape:
     rows: int  # R: output pixels per tile (a divisor of width, at most 16)
     row_block: int  # MH: output rows per block (2 where height is even, else 1)
     stride: int = 1  # the same in both directions
-    kernel: int = 3  # K: the kernel is K x K (one of KERNELS)
+    kernel: int = 3  # K: the kernel is K x K (one of KERNELS, or any with folded taps)
+    ic_block: int = TILE_BYTES  # input channels (bytes) per data block
+
+    @property
+    def folded(self) -> bool:
+        """A narrow data block (the stem's 4 channels): a tile row holds a pixel's K taps along
+        the row, K x ``ic_block`` bytes, rather than 64 channels of one tap."""
+        return self.ic_block < TILE_BYTES
 
     @property
     def intrinsic(self) -> str:
         stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
-        return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}_m{self.row_block}"
+        block = f"c{self.ic_block}" if self.folded else ""
+        return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}{block}_m{self.row_block}"
                 f"_r{self.rows}_k{self.ic_blocks}")
 
 
+def supported(kernel: int, stride: int, ic_block: int) -> bool:
+    """Whether the intrinsics cover a K x K conv of this stride and data block: 64-byte blocks
+    with a kernel of :data:`KERNELS`, or a narrower block (a multiple of 4 bytes) whose K taps
+    fit one tile row (K x block <= 64 bytes, K > 1: the stem)."""
+    if stride not in STRIDES:
+        return False
+    if ic_block == TILE_BYTES:
+        return kernel in KERNELS
+    return ic_block % 4 == 0 and kernel > 1 and kernel * ic_block <= TILE_BYTES
+
+
 def _tile_rows(shape: AMXConvShape) -> dict:
-    """tile -> rows for ``shape``'s block: accumulators and data R rows, weights 16."""
+    """tile -> rows for ``shape``'s block: accumulators and data R rows, weights 16 (with
+    folded taps: one per 4 bytes of a data row)."""
     rows = {}
     for m in range(shape.row_block):
         for n in range(OC_TILES):
             rows[ACCUMULATOR_TILE + m * OC_TILES + n] = shape.rows
         rows[DATA_TILE + m] = shape.rows
     for n in range(OC_TILES):
-        rows[WEIGHT_TILE + n] = TILE_ROWS
+        rows[WEIGHT_TILE + n] = _data_row_bytes(shape) // 4
     return rows
+
+
+def _data_row_bytes(shape: AMXConvShape) -> int:
+    """Bytes per data tile row: 64 channels of one tap, or (folded) K taps of the block."""
+    return shape.kernel * shape.ic_block if shape.folded else TILE_BYTES
+
+
+def _tile_row_bytes(shape: AMXConvShape) -> dict:
+    """tile -> bytes per row where not 64: the data tiles of folded taps."""
+    return {DATA_TILE + m: _data_row_bytes(shape) for m in range(shape.row_block)
+            if shape.folded}
 
 
 class _Buffers:
@@ -95,20 +131,25 @@ class _Buffers:
         self.sa = [T.int32() for _ in range(4)]
         sb = [T.int32() for _ in range(4)]
         sc = [T.int32() for _ in range(3)]
-        self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, 64), "uint8",
+        self.ic_block = block = shape.ic_block
+        if shape.folded:  # a tile row runs over K pixels and a weight tile over K taps: both dense
+            self.sa[3] = block
+            sb[3] = block // 4 * 64
+        self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, block), "uint8",
                                 offset_factor=1, strides=[*self.sa, 1])
-        self.B = T.match_buffer(b, (2, kb, k, k, 16, 16, 4), "int8", offset_factor=1,
+        self.B = T.match_buffer(b, (2, kb, k, k, block // 4, 16, 4), "int8", offset_factor=1,
                                 strides=[*sb, 64, 4, 1])
         self.C = T.match_buffer(c, (1, 2, mh, r, 16), "int32", offset_factor=1,
                                 strides=[*sc, 16, 1])
         self.mh, self.r, self.kb, self.s, self.k = mh, r, kb, s, k
+        self.folded = shape.folded
 
     def root(self) -> None:
         """The root block's reads and writes (call inside it)."""
-        mh, r, kb, k = self.mh, self.r, self.kb, self.k
+        mh, r, kb, k, block = self.mh, self.r, self.kb, self.k, self.ic_block
         T.reads(self.C[0, 0:2, 0:mh, 0:r, 0:16],
-                self.A[0, 0:kb, 0:self.a_rows, 0:self.a_cols, 0:64],
-                self.B[0:2, 0:kb, 0:k, 0:k, 0:16, 0:16, 0:4])
+                self.A[0, 0:kb, 0:self.a_rows, 0:self.a_cols, 0:block],
+                self.B[0:2, 0:kb, 0:k, 0:k, 0:block // 4, 0:16, 0:4])
         T.writes(self.C[0, 0:2, 0:mh, 0:r, 0:16])
 
 
@@ -129,22 +170,23 @@ def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
     def body(buf: _Buffers) -> None:
         loops = ([("oh", buf.mh)] if buf.mh > 1 else []) + [
             ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", buf.k), ("kw", buf.k),
-            ("ico", buf.kb), ("icf", 16), ("ics", 4)]
+            ("ico", buf.kb), ("icf", buf.ic_block // 4), ("ics", 4)]
+        extents = dict(loops)
         with T.grid(*(extent for _, extent in loops)) as loop_vars:
             loop = dict(zip((name for name, _ in loops), loop_vars))
-            # blockize binds a unit row-block, channel-block or (1x1) tap loop outside the block
+            # blockize binds a unit loop (one row block, one channel block, a 1x1 conv's tap, a
+            # 4-channel block) outside the block
             bound = [name for name in ("occ", "oh", "ow", "ocb", "kh", "kw", "ico", "icf", "ics")
-                     if name in loop and (name != "ico" or buf.kb > 1)
-                     and (name not in ("kh", "kw") or buf.k > 1)]
+                     if name in loop and extents[name] > 1]
             kinds = "".join("S" if name in ("occ", "oh", "ow", "ocb") else "R" for name in bound)
             with T.block("update"):
                 v = dict(zip(bound, T.axis.remap(kinds, [loop[name] for name in bound])))
                 oh, ico, s = v.get("oh", 0), v.get("ico", 0), buf.s
-                kh, kw = v.get("kh", 0), v.get("kw", 0)
+                kh, kw, icf = v.get("kh", 0), v.get("kw", 0), v.get("icf", 0)
                 out = [0, v["occ"], oh, v["ow"], v["ocb"]]
                 product = (T.Cast("int32", buf.A[0, ico, oh * s + kh, v["ow"] * s + kw,
-                                                 v["icf"] * 4 + v["ics"]])
-                           * T.Cast("int32", buf.B[v["occ"], ico, kh, kw, v["icf"],
+                                                 icf * 4 + v["ics"]])
+                           * T.Cast("int32", buf.B[v["occ"], ico, kh, kw, icf,
                                                    v["ocb"], v["ics"]]))
                 T.buffer_store(buf.C, buf.C[tuple(out)] + product, out)
 
@@ -159,7 +201,7 @@ def _call(name: str, *args) -> None:
 
 def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
     """The tile instructions for one block (see the module doc)."""
-    config = tile_config(_tile_rows(shape))
+    config = tile_config(_tile_rows(shape), _tile_row_bytes(shape))
     words = config_words(config)  # int32: TVM narrows 64-bit constants while it tensorizes
     accumulators = [(m, n) for m in range(shape.row_block) for n in range(OC_TILES)]
     c_stride = 16 * 4  # a C tile row: 16 int32 (C's strides end in 16, 1)
@@ -178,7 +220,8 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
             for m, n in accumulators:
                 _call("tileloadd64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
                       T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
-            with T.grid(buf.k, buf.k, buf.kb) as (kh, kw, kb):
+            # with folded taps a data tile row holds all K taps of a row: no loop over kw
+            with T.grid(buf.k, 1 if buf.folded else buf.k, buf.kb) as (kh, kw, kb):
                 for m in range(buf.mh):
                     _call("tileloadd64", T.uint8(DATA_TILE + m),
                           T.address_of(buf.A[0, kb, kh + buf.s * m, kw, 0]),
@@ -212,10 +255,11 @@ def shape_of_intrinsic(name: str) -> Optional[AMXConvShape]:
     match = _INTRINSIC_NAME.fullmatch(name)
     if match is None:
         return None
-    kernel, stride, mh, r, kb = (int(group) if group else 1 for group in match.groups())
-    if stride not in STRIDES or kernel not in KERNELS:
+    kernel, stride, block, mh, r, kb = (int(group) if group else default for group, default in
+                                        zip(match.groups(), (1, 1, TILE_BYTES, 1, 1, 1)))
+    if not supported(kernel, stride, block):
         return None
-    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel)
+    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel, block)
 
 
 def register_intrinsic_by_name(name: str) -> bool:

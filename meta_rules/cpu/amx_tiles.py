@@ -16,7 +16,7 @@ Python's standard library (and TVM inside :func:`target_has_amx`).
 
 from __future__ import annotations
 
-from typing import List, Mapping
+from typing import List, Mapping, Optional
 
 # The LLVM features quantfuse's AMX code uses (int8 tile products); a target has AMX for
 # quantfuse when LLVM may emit both.
@@ -29,16 +29,20 @@ CONFIG_BYTES = 64
 PALETTE = 1
 
 
-def tile_config(rows: Mapping[int, int]) -> List[int]:
-    """The 64 bytes ``ldtilecfg`` loads (palette 1) for tiles of 64-byte rows: ``rows`` maps a
-    tile number (0-7) to its rows (1-16); the other tiles are left unconfigured (zero)."""
+def tile_config(rows: Mapping[int, int],
+                row_bytes: Optional[Mapping[int, int]] = None) -> List[int]:
+    """The 64 bytes ``ldtilecfg`` loads (palette 1): ``rows`` maps a tile number (0-7) to its
+    rows (1-16), ``row_bytes`` a tile to its bytes per row (1-64; a tile it does not name has 64);
+    the other tiles are left unconfigured (zero)."""
     config = [0] * CONFIG_BYTES
     config[0] = PALETTE
+    row_bytes = row_bytes or {}
     for tile, count in rows.items():
-        if not 0 <= tile < TILES or not 1 <= count <= TILE_ROWS:
-            raise ValueError(f"tile {tile} with {count} rows: tiles are 0-{TILES - 1}, "
-                             f"rows 1-{TILE_ROWS}")
-        config[16 + 2 * tile] = TILE_BYTES  # bytes per row, little-endian 16-bit
+        width = row_bytes.get(tile, TILE_BYTES)
+        if not 0 <= tile < TILES or not 1 <= count <= TILE_ROWS or not 1 <= width <= TILE_BYTES:
+            raise ValueError(f"tile {tile} with {count} rows of {width} bytes: tiles are "
+                             f"0-{TILES - 1}, rows 1-{TILE_ROWS}, bytes 1-{TILE_BYTES}")
+        config[16 + 2 * tile] = width  # bytes per row, little-endian 16-bit
         config[48 + tile] = count
     return config
 

@@ -54,6 +54,12 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     ({"kernel": 1, "stride": 2}, True),
     ({"kernel": 1, "ic_block": 16}, False),
     ({"kernel": 5}, False),
+    # one narrow data block (the stem): the K taps of a pixel row fill a tile row
+    ({"channels": 4, "ic_block": 4, "kernel": 7, "stride": 2, "out_channels": 64}, True),
+    ({"channels": 16, "ic_block": 16, "kernel": 3, "out_channels": 32}, True),
+    ({"channels": 16, "ic_block": 16, "kernel": 5, "out_channels": 32}, False),  # 5 taps x 16 bytes: over 64
+    ({"channels": 16, "ic_block": 16, "kernel": 1, "out_channels": 32}, False),  # no taps to fold
+    ({"channels": 32, "ic_block": 16, "kernel": 3, "out_channels": 32}, False),  # two narrow blocks
 ])
 def test_only_a_3x3_or_1x1_stride_1_or_2_conv_with_64_channel_blocks_is_taken(kwargs, eligible):
     sch = tir.Schedule(conv_module(**kwargs))
@@ -106,6 +112,8 @@ def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_p
             assert postproc.apply(sch), str(postproc)
     assert register_intrinsic_by_name("quantfuse_amx_conv3x3s2_m2_r14_k1")
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3s3_m2_r14_k1")
+    assert register_intrinsic_by_name("quantfuse_amx_conv7x7s2c4_m2_r16_k1")  # the stem
+    assert not register_intrinsic_by_name("quantfuse_amx_conv7x7s2c16_m2_r16_k1")  # 112 bytes
 
 
 def test_a_1x1_conv_gets_its_own_intrinsics_and_each_design_passes_the_postprocs():
@@ -172,6 +180,33 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
         lib = tvm.build(sch.mod, target=AMX)
         out = tvm.nd.empty(expected.shape, "int8")
         lib(tvm.nd.array(data), tvm.nd.array(weight), out)
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
+@pytest.mark.parametrize("channels,out_channels,height,stride,kernel", [
+    (4, 64, 39, 2, 7), (4, 32, 16, 2, 3), (16, 32, 14, 1, 3), (8, 32, 9, 1, 5)])
+def test_the_stems_folded_taps_match_numpy_on_an_amx_host(channels, out_channels, height, stride,
+                                                          kernel):
+    context, spaces = design_spaces(conv_module(channels, height, ic_block=channels,
+                                                 stride=stride, kernel=kernel,
+                                                 out_channels=out_channels), AMX)
+    folded = f"{kernel}x{kernel}{'s2' if stride == 2 else ''}c{channels}_"
+    assert any(folded in intrinsic for sch in spaces for intrinsic in amx_tensorizes(sch))
+    if not request_amx_tile_data():
+        pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
+                    "AMX code cannot run here")
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, (1, 1, height, height, channels), dtype=np.uint8)
+    weight = rng.integers(-128, 128, (out_channels // 16, 1, kernel, kernel, channels // 4, 16, 4),
+                          dtype=np.int8)
+    expected = reference(data, weight, stride, kernel)
+    x86_codegen.install()
+    for sch in spaces:
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch)
+        out = tvm.nd.empty(expected.shape, "int8")
+        tvm.build(sch.mod, target=AMX)(tvm.nd.array(data), tvm.nd.array(weight), out)
         np.testing.assert_array_equal(out.numpy(), expected)
 
 
@@ -251,3 +286,22 @@ def test_the_tile_configuration_bytes():
     assert config_words(config)[0] == 1 and len(config_words(config)) == 16
     with pytest.raises(ValueError, match="rows 1-16"):
         tile_config({0: 17})
+    narrow = tile_config({4: 16, 6: 7}, {4: 28})  # the stem's data tile: 7 taps x 4 channels
+    assert narrow[16 + 8] == 28 and narrow[48 + 4] == 16 and narrow[16 + 12] == 64
+    with pytest.raises(ValueError, match="bytes 1-64"):
+        tile_config({4: 16}, {4: 65})
+
+
+def test_the_stems_intrinsic_loads_one_data_tile_per_kernel_row():
+    """With folded taps the reduction loop runs over the K kernel rows only, and the tiles hold
+    K x 4 bytes of data per row and K rows of weights."""
+    from meta_rules.cpu.amx_intrinsics import AMXConvShape, intrinsic_implementation
+    from meta_rules.cpu.amx_tiles import config_words, tile_config
+
+    shape = AMXConvShape(2, 1, 2, 16, 16, 2, stride=2, kernel=7, ic_block=4)
+    assert shape.intrinsic == "quantfuse_amx_conv7x7s2c4_m2_r16_k1"
+    script = intrinsic_implementation(shape).script()
+    assert "T.grid(7, 1, 1)" in script
+    config = tile_config({0: 16, 1: 16, 2: 16, 3: 16, 4: 16, 5: 16, 6: 7, 7: 7}, {4: 28, 5: 28})
+    for word in config_words(config):
+        assert f"!= {word}" in script
