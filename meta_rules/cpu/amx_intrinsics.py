@@ -47,7 +47,7 @@ from tvm import tir
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tir as T
 
-from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, config_words, tile_config
+from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, config_words, tile_config
 
 STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
 KERNELS = (3, 1)  # square kernel sizes; 3 keeps the first names (quantfuse_amx_conv3x3...)
