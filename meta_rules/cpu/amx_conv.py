@@ -1,4 +1,4 @@
-"""AMXConv: int8 3x3, 1x1 and stem convolutions on AMX tiles (``tdpbusd``), a MetaSchedule schedule rule.
+"""AMXConv: int8 3x3, 1x1 and stem convolutions on AMX tiles (``tdpbusd``), a schedule rule.
 
 TOPI's int8 conv on x86 (``conv2d_NCHWc_int8``) with 64 input channels per block (data
 ``NCHW64c``, weights ``OIHW16i16o4i``: what ``relay_ext.lowering.x86.amx_layout`` chooses where the
@@ -63,10 +63,10 @@ form slower on three of ResNet-18's four 3x3 conv shapes (docs/cpu.md).
 The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta_rules.cpu.amx_tensorize`,
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
-The rule only touches a block that has exactly that shape (3x3 or 1x1, uint8 x int8 -> int32,
-64-channel data blocks, or the stem's one narrow block, 16-channel output blocks, an even number
-of them; stride 1, or 2: the
-data tile's rows are then 128 bytes apart, and the block stays open to the other rules too), and
+The rule only touches a block that has exactly that shape (3x3 or 1x1 with 64-channel data
+blocks, or the stem's one narrow block; uint8 x int8 -> int32, 16-channel output blocks, an even
+number of them; stride 1, or 2: the data tile's rows are then 128 bytes apart, and the block
+stays open to the other rules too), and
 only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
 left as it came, for the rules after it. Code from it runs only in a process that holds the
 kernel's permission for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration

@@ -57,7 +57,7 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     # one narrow data block (the stem): the K taps of a pixel row fill a tile row
     ({"channels": 4, "ic_block": 4, "kernel": 7, "stride": 2, "out_channels": 64}, True),
     ({"channels": 16, "ic_block": 16, "kernel": 3, "out_channels": 32}, True),
-    ({"channels": 16, "ic_block": 16, "kernel": 5, "out_channels": 32}, False),  # 5 taps x 16 bytes: over 64
+    ({"channels": 16, "ic_block": 16, "kernel": 5, "out_channels": 32}, False),  # 80 bytes
     ({"channels": 16, "ic_block": 16, "kernel": 1, "out_channels": 32}, False),  # no taps to fold
     ({"channels": 32, "ic_block": 16, "kernel": 3, "out_channels": 32}, False),  # two narrow blocks
 ])
