@@ -226,11 +226,11 @@ def _design_order(spaces: Sequence[tir.Schedule]) -> List[tir.Schedule]:
     def written_back(space: tir.Schedule) -> bool:
         return any(inst.kind.name == "ReverseComputeAt" for inst in space.trace.insts)
 
-    amx = [s for s in spaces if "amx" in str(s.trace).lower()]
-    tensorized = [s for s in spaces if s not in amx and "auto_tensorize" in str(s.trace)]
-    rest = [s for s in spaces if s not in amx and s not in tensorized]
+    rank = {"amx": 0, "vnni tensorized": 1, "tensorized": 1}  # every other design: 2
+    ranks = [rank.get(_describe(s.trace), 2) for s in spaces]
     ordered = []
-    for kind in (amx, tensorized, rest):
+    for wanted in range(3):
+        kind = [s for s, r in zip(spaces, ranks) if r == wanted]
         ordered += [s for s in reversed(kind) if written_back(s)]
         ordered += [s for s in reversed(kind) if not written_back(s)]
     return ordered
