@@ -157,6 +157,20 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
     assert not register_intrinsic_by_name("quantfuse_amx_conv3x3_bad")
 
 
+def assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel):
+    """Every design space, its postprocs applied, built and run on ``data`` and ``weight``
+    computes numpy's conv and requantize bit for bit."""
+    expected = reference(data, weight, stride, kernel)
+    x86_codegen.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
+    for sch in spaces:
+        sch = sch.copy()
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch)
+        out = tvm.nd.empty(expected.shape, "int8")
+        tvm.build(sch.mod, target=AMX)(tvm.nd.array(data), tvm.nd.array(weight), out)
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
 @pytest.mark.parametrize("channels,height,stride,kernel", [
     (64, 8, 1, 3), (128, 7, 1, 3), (256, 8, 1, 3), (64, 16, 2, 3), (256, 14, 2, 3),
     (64, 8, 1, 1), (256, 14, 1, 1), (64, 16, 2, 1), (128, 14, 2, 1), (1152, 7, 1, 1)])
@@ -170,17 +184,8 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
     data = rng.integers(0, 256, (1, channels // 64, height, height, 64), dtype=np.uint8)
     weight = rng.integers(-128, 128, (channels // 16, channels // 64, kernel, kernel, 16, 16, 4),
                           dtype=np.int8)
-    expected = reference(data, weight, stride, kernel)
     assert any(amx_tensorizes(sch) for sch in spaces)
-    x86_codegen.install()  # the VNNI designs beside a strided conv's AMX one, as tuning has it
-    for sch in spaces:
-        sch = sch.copy()
-        for postproc in context.space_generator.postprocs:
-            assert postproc.apply(sch)
-        lib = tvm.build(sch.mod, target=AMX)
-        out = tvm.nd.empty(expected.shape, "int8")
-        lib(tvm.nd.array(data), tvm.nd.array(weight), out)
-        np.testing.assert_array_equal(out.numpy(), expected)
+    assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel)
 
 
 @pytest.mark.parametrize("channels,out_channels,height,stride,kernel", [
@@ -199,15 +204,7 @@ def test_the_stems_folded_taps_match_numpy_on_an_amx_host(channels, out_channels
     data = rng.integers(0, 256, (1, 1, height, height, channels), dtype=np.uint8)
     weight = rng.integers(-128, 128, (out_channels // 16, 1, kernel, kernel, channels // 4, 16, 4),
                           dtype=np.int8)
-    expected = reference(data, weight, stride, kernel)
-    x86_codegen.install()
-    for sch in spaces:
-        sch = sch.copy()
-        for postproc in context.space_generator.postprocs:
-            assert postproc.apply(sch)
-        out = tvm.nd.empty(expected.shape, "int8")
-        tvm.build(sch.mod, target=AMX)(tvm.nd.array(data), tvm.nd.array(weight), out)
-        np.testing.assert_array_equal(out.numpy(), expected)
+    assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel)
 
 
 def relay_conv(in_channels, out_channels, kernel=3, stride=1):
