@@ -4,6 +4,8 @@ Design spaces, postprocs and the layout pass run on any host (they are TIR and R
 code runs only where the OS enables AMX int8 and the kernel grants this process tile data
 (elsewhere those tests are skipped, saying why)."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -12,7 +14,7 @@ from tvm import relay, tir
 
 import meta_rules
 from meta_rules.cpu.amx_conv import (L1_WEIGHT_BYTES, AMXConv, amx_conv_shape,
-                                     pair_weight_bytes, reduction_chunk)
+                                     pair_weight_bytes, reduction_chunk, rows_outermost)
 from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
 from meta_rules.cpu.amx_tensorize import marked_blocks
 from meta_rules.cpu.amx_tiles import target_has_amx
@@ -98,6 +100,33 @@ def test_only_a_conv_whose_weights_outgrow_l1_gets_the_chunked_design(channels, 
     shape = amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8"))
     assert (pair_weight_bytes(shape) > L1_WEIGHT_BYTES) == (chunk is not None)
     assert reduction_chunk(shape) == chunk
+
+
+@pytest.mark.parametrize("channels,height,stride,kernel,rows_first", [
+    (64, 56, 1, 1, True),     # input 196 KiB, weights 4 KiB
+    (64, 56, 1, 3, True),     # 196 KiB, 36 KiB
+    (256, 14, 1, 1, False),   # 49 KiB, 64 KiB
+    (512, 7, 1, 3, False),    # 24.5 KiB, 2.25 MiB
+    (128, 14, 2, 1, True)])   # 24.5 KiB (14x14, read at stride 2), 16 KiB
+def test_the_parallel_loop_takes_bands_of_rows_where_the_input_outweighs_the_weights(
+        channels, height, stride, kernel, rows_first):
+    mod = conv_module(channels, height, stride=stride, kernel=kernel)
+    sch = tir.Schedule(mod)
+    shape = amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8"))
+    assert rows_outermost(shape) == rows_first
+    _, spaces = design_spaces(mod, AMX)
+    (name, _), *_ = marked_blocks(spaces[0])
+    found = []
+    tir.stmt_functor.post_order_visit(spaces[0].mod["main"].body, lambda node: found.append(
+        node) if isinstance(node, tir.BlockRealize) and node.block.name_hint == name else None)
+    _, oc_pair, oh_block = (re.sub(r"T\.int64\((\d+)\)", r"\1", str(value))
+                            for value in found[0].iter_values[:3])
+    # the fused parallel loop: rows first makes the pair its fastest part, the row block the
+    # slowest (fused // pairs); channels first the other way round
+    pairs, row_blocks = shape.oc_chunks // 2, shape.height // shape.row_block
+    inner, outer, extent = ((oc_pair, oh_block, pairs) if rows_first
+                            else (oh_block, oc_pair, row_blocks))
+    assert inner.endswith(f"% {extent}") and outer.endswith(f"// {extent}"), (oc_pair, oh_block)
 
 
 def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_postprocs():
