@@ -227,8 +227,9 @@ def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
 def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
                       chunk: Optional[int] = None) -> None:
     """Tile and parallelize ``block`` and mark its blocks for :class:`TensorizeAMXConv` (see the
-    module doc; the parallel loop's order: :func:`rows_outermost`). The conv's single consumer, if any, is computed at each block and a 5-D
-    producer (the pad) parallelized over rows; both, and the conv itself, are then annotated
+    module doc; the parallel loop's order: :func:`rows_outermost`). The conv's single
+    consumer, if any, is computed at each block and a 5-D producer (the pad) parallelized over
+    rows; both, and the conv itself, are then annotated
     ``schedule_rule = "None"``, which keeps the rules after this one (``RandomComputeLocation``,
     the tiling rules) away from what is settled here.
 
