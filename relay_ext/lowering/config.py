@@ -13,6 +13,7 @@ from typing import Any, Dict
 
 from meta_rules.rule_sets import check_variant
 
+from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 from relay_ext.lowering.tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
 
@@ -53,9 +54,12 @@ def pass_config(variant: str) -> Dict[str, Any]:
 # intrinsics such as x86's dot_16x4_avx512, so every build we make disables CSE and inlines the
 # remaining vector Lets: tuning candidates (see build_candidate) and the final compile (see
 # pass_config).
+#
+# Every build also clamps a requantized value that goes straight back to float in float
+# (relay_ext.lowering.clamp_in_float: a residual block's conv epilogue), before vectorization.
 BUILD_OPTIONS: Dict[str, Any] = {
     "tir.disable_cse_tir": True,
-    "tir.add_lower_pass": [(3, inline_vector_lets)],
+    "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets)],
 }
 
 
