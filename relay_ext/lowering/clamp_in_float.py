@@ -16,9 +16,9 @@ residual add at 56x56 spends two thirds of its time in such float arithmetic (do
 the rewrite took that task from 0.135 to 0.125 ms.
 
 It applies where ``x`` is rounded to a whole number (``floor``, ``ceil``, ``round``,
-``nearbyint``, ``trunc``), the cast goes to int32 and back to the float type of ``x``, and both
-bounds are integers a float32 holds exactly (up to 2**24 in magnitude); the clamp may be
-``max(min(.))`` or ``min(max(.))``. Every other expression is left alone. It runs as a phase-1
+``nearbyint``, ``trunc``), the cast goes to int32 and back to the float type of ``x`` (float32
+or float64), and both bounds are integers a float32 holds exactly (up to 2**24 in magnitude);
+the clamp may be ``max(min(.))`` or ``min(max(.))``. Every other expression is left alone. It runs as a phase-1
 lowering pass (``tir.add_lower_pass``, before vectorization: the expressions are scalar there)
 in every build quantfuse makes.
 """
@@ -32,6 +32,7 @@ from tvm import tir
 
 ROUNDING = ("tir.floor", "tir.ceil", "tir.round", "tir.nearbyint", "tir.trunc")
 EXACT_LIMIT = 2 ** 24  # float32 holds every integer up to this magnitude
+FLOATS = ("float32", "float64")  # types that hold every bound allowed (float16: up to 2048)
 
 
 def _rounded(expr: tir.PrimExpr) -> bool:
@@ -59,8 +60,7 @@ def _clamp(expr: tir.PrimExpr) -> Optional[Tuple[tir.PrimExpr, int, int]]:
 
 
 def _rewrite(node):
-    if not isinstance(node, tir.Cast) or not tvm.DataType(node.dtype).type_code == \
-            tvm.DataTypeCode.FLOAT:
+    if not isinstance(node, tir.Cast) or str(node.dtype) not in FLOATS:
         return None
     clamp = _clamp(node.value)
     if clamp is None:

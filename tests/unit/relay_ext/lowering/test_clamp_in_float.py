@@ -11,10 +11,10 @@ from relay_ext.lowering.config import BUILD_OPTIONS, pass_config
 
 
 def requantize_then_dequantize(clip=lambda v: te.max(te.min(v, 255), 0), rounding=tvm.tir.floor,
-                               back="float32"):
+                               back="float32", dtype="float32"):
     """What a residual block's conv epilogue computes: requantize to uint8 in float, clip in
     int32, back to float for the add."""
-    x = te.placeholder((64,), "float32", "x")
+    x = te.placeholder((64,), dtype, "x")
     out = te.compute((64,), lambda i: (
         clip(rounding(x[i] * 0.37 + 63.5).astype("int32")).astype(back) - 63.0) * 0.5, name="out")
     return tvm.IRModule({"main": te.create_prim_func([x, out])})
@@ -65,6 +65,8 @@ def test_the_rewritten_kernel_computes_the_same_values(clip, rounding):
     {"back": "float16"},                                            # another float type
     {"clip": lambda v: te.max(te.min(v, 2 ** 25 + 1), 0)},          # a bound float32 cannot hold
     {"clip": lambda v: te.max(v, 0)},                               # one bound only
+    {"dtype": "float16", "back": "float16",                         # float16 has no 2049
+     "clip": lambda v: te.max(te.min(v, 2049), 0)},
 ])
 def test_anything_else_is_left_alone(kwargs):
     mod = requantize_then_dequantize(**kwargs)
