@@ -204,7 +204,7 @@ def rows_outermost(shape: AMXConvShape) -> bool:
     of the channels, every row): rows where the input outweighs the weights. Inside the model a
     thread then reads the rows the thread of the op before wrote (in its own L2) and reads all
     the weights, where the channel split would have each thread read the whole input, half of it
-    from the other core's cache (ResNet-50's 3x3 64->64 at 56x56: 0.134 to 0.083 ms in the
+    from the other core's cache (ResNet-50's 3x3 64->64 at 56x56: 0.134 to 0.084 ms in the
     model); a conv with more weights than input (the 7x7 layers) keeps the channel split, each
     thread reading half of them (docs/cpu.md)."""
     return input_bytes(shape) >= pair_weight_bytes(shape) * (shape.oc_chunks // OC_TILES)

@@ -18,9 +18,9 @@ the rewrite took that task from 0.135 to 0.125 ms.
 It applies where ``x`` is rounded to a whole number (``floor``, ``ceil``, ``round``,
 ``nearbyint``, ``trunc``), the cast goes to int32 and back to the float type of ``x`` (float32
 or float64), and both bounds are integers a float32 holds exactly (up to 2**24 in magnitude);
-the clamp may be ``max(min(.))`` or ``min(max(.))``. Every other expression is left alone. It runs as a phase-1
-lowering pass (``tir.add_lower_pass``, before vectorization: the expressions are scalar there)
-in every build quantfuse makes.
+the clamp may be ``max(min(.))`` or ``min(max(.))``. Every other expression is left alone. It
+runs as a phase-1 lowering pass (``tir.add_lower_pass``, before vectorization: the expressions
+are scalar there) in every build quantfuse makes.
 """
 
 from __future__ import annotations
@@ -60,16 +60,14 @@ def _clamp(expr: tir.PrimExpr) -> Optional[Tuple[tir.PrimExpr, int, int]]:
 
 
 def _rewrite(node):
-    if not isinstance(node, tir.Cast) or str(node.dtype) not in FLOATS:
-        return None
-    clamp = _clamp(node.value)
+    dtype = str(node.dtype) if isinstance(node, tir.Cast) else None
+    clamp = _clamp(node.value) if dtype in FLOATS else None
     if clamp is None:
         return None
     value, low, high = clamp
     if not (isinstance(value, tir.Cast) and str(value.dtype) == "int32"
-            and str(value.value.dtype) == str(node.dtype) and _rounded(value.value)):
+            and str(value.value.dtype) == dtype and _rounded(value.value)):
         return None
-    dtype = str(node.dtype)
     return tir.Max(tir.Min(value.value, tir.const(high, dtype)), tir.const(low, dtype))
 
 
