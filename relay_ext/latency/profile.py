@@ -45,14 +45,14 @@ from relay_ext.build.entry import Compiled, compile  # pylint: disable=redefined
 from relay_ext.frontend.loader import load_model
 from relay_ext.frontend.models import LoadedModel
 from relay_ext.frontend.optional_deps import MissingDependency
-from relay_ext.latency.layer_pairing import (conv_signature, describe, function_kernel_kinds,
-                                             openvino_rows, pair_calls)
+from relay_ext.latency.layer_pairing import (Signature, conv_signature, describe,
+                                             function_kernel_kinds, openvino_rows, pair_calls)
 from relay_ext.latency.profile_report import PROFILE_CHART_FILE, write_profile_chart
 from relay_ext.latency.profile_result import OpenVINOLayer, OpenVINOSide, Profile, ProfileRow
 from relay_ext.latency.run import builtin_onnx_export
 from relay_ext.lowering.targets import check_runs_here, normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
-from relay_ext.measure.in_model import PREFIX, kernel_name, profiled_runs
+from relay_ext.measure.in_model import PREFIX, kernel_name, kernel_tasks, profiled_runs
 from relay_ext.measure.timing import load_average, tvm_timer, with_tvm_threads
 from relay_ext.peers.base import PeerModel, first_line
 from relay_ext.report.tables import machine_description
@@ -63,6 +63,7 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, os.PathLike]
 ROUNDS = 10  # profiled runs of TVM's build; OpenVINO's counters are read over twice as many
 NUMBER = 10  # runs per round of the whole model's latency without the profiler
+Call = Tuple[str, Optional[Signature]]  # a kernel call: its name, its task's conv signature
 NO_KERNEL = "__nop"  # the graph executor's name of a node that runs no code (a reshape)
 
 
@@ -108,9 +109,10 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
     built = compile(loaded, target=target, records=records, variant=variant, threads=threads,
                     choose_per_task=choose_per_task,
                     timing_cache=None if work_dir is None else work_dir / TASK_TIMINGS_FILE)
-    rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds))
+    tasks = lowered_tasks(loaded.mod, loaded.params, target, variant)
+    rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds), tasks)
     side, note = (None, "not asked for") if not openvino else _openvino_side(
-        loaded, work_dir, threads, int(rounds), target, variant, rows, calls)
+        loaded, work_dir, threads, int(rounds), target, rows, calls)
     result = Profile(
         model=loaded.name, input_shape=list(loaded.input_shape), target=str(target),
         schedule=built.schedule, variant=variant, threads=threads, rounds=int(rounds), rows=rows,
@@ -178,10 +180,11 @@ def kernel_times(reports) -> Tuple[Dict[str, List[float]], Dict[str, int], List[
     return dict(per_run), calls, order, totals
 
 
-def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int,
-              rounds: int) -> Tuple[List[ProfileRow], List[str], float, float]:
-    """The rows (slowest first), the kernel calls in execution order, the debug executor's median
-    total per run and the model's median latency without the profiler."""
+def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int, rounds: int,
+              tasks: List[ms.ExtractedTask]) -> Tuple[List[ProfileRow], List[Call], float, float]:
+    """The rows (slowest first; each with its task's schedule and layer), the kernel calls in
+    execution order with their conv signatures, the debug executor's median total per run and
+    the model's median latency without the profiler."""
 
     def measure():
         reports = profiled_runs(built.lib, loaded.inputs, rounds)
@@ -193,13 +196,22 @@ def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int,
     run_ms = statistics.median(totals)
     chosen, designs = _schedules(built)
     kinds = function_kernel_kinds(built.lib, [PREFIX + name for name in calls])
-    rows = [ProfileRow(name, statistics.median(times), statistics.median(times) / run_ms,
-                       calls[name], schedule=chosen.get(name, built.schedule),
-                       design=designs.get(name) if chosen.get(name) == "no-search" else None,
-                       kernel=kinds.get(PREFIX + name))
-            for name, times in per_run.items()]
+    # the build names its kernels in another order than the task extraction names the tasks
+    task_of = kernel_tasks(built.lib, tasks)
+    signatures = {str(task.task_name): conv_signature(task) for task in tasks}
+    rows = []
+    for name, times in per_run.items():
+        task = task_of.get(name)
+        signature = signatures.get(task) if task is not None else None
+        rows.append(ProfileRow(
+            name, statistics.median(times), statistics.median(times) / run_ms, calls[name],
+            schedule=chosen.get(task, built.schedule),
+            design=designs.get(task) if chosen.get(task) == "no-search" else None,
+            kernel=kinds.get(PREFIX + name),
+            layer=describe(signature) if signature is not None else None))
     rows.sort(key=lambda row: -row.ms)
-    return rows, order, run_ms, 1e3 * statistics.median(latency)
+    in_order = [(name, signatures.get(task_of.get(name))) for name in order]
+    return rows, in_order, run_ms, 1e3 * statistics.median(latency)
 
 
 def openvino_source(loaded: LoadedModel, directory: Path) -> Tuple[Optional[Path], Optional[str]]:
@@ -214,10 +226,10 @@ def openvino_source(loaded: LoadedModel, directory: Path) -> Tuple[Optional[Path
 
 
 def _openvino_side(loaded: LoadedModel, work_dir: Optional[Path], threads: int, rounds: int,
-                   target, variant: str, rows: List[ProfileRow],
-                   calls: List[str]) -> Tuple[Optional[OpenVINOSide], Optional[str]]:
-    """OpenVINO's counters on the same network, paired into ``rows`` (which get their ``layer``
-    from the model's tasks, extracted again); or None and why not."""
+                   target, rows: List[ProfileRow],
+                   calls: List[Call]) -> Tuple[Optional[OpenVINOSide], Optional[str]]:
+    """OpenVINO's counters on the same network, paired into ``rows`` by the conv signatures of
+    ``calls``; or None and why not."""
     from relay_ext.peers.openvino_layers import openvino_layers  # pylint: disable=import-outside-toplevel
     from relay_ext.frontend.optional_deps import require_openvino  # pylint: disable=import-outside-toplevel
 
@@ -234,13 +246,7 @@ def _openvino_side(loaded: LoadedModel, work_dir: Optional[Path], threads: int, 
                                        timing_rounds=rounds)
         except Exception as error:  # pylint: disable=broad-except - OpenVINO raises RuntimeError & co
             return None, f"OpenVINO failed on {path.name}: {first_line(error, limit=300)}"
-    signatures = {task.task_name: conv_signature(task)
-                  for task in lowered_tasks(loaded.mod, loaded.params, target, variant)}
-    for row in rows:
-        signature = signatures.get(row.name)
-        row.layer = describe(signature) if signature is not None else None
-    paired, unpaired = pair_calls([(name, signatures.get(name)) for name in calls],
-                                  openvino_rows(counters, target))
+    paired, unpaired = pair_calls(calls, openvino_rows(counters, target))
     for row in rows:
         nodes = paired.get(row.name, [])
         if nodes:

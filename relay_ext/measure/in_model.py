@@ -1,7 +1,8 @@
 """Each task's kernel timed inside the whole model: what the per-task schedule choice compares.
 
-    times = profile_in_model({"record": lib_a, "rule design": lib_b, "default": lib_c}, inputs)
-    times["record"]["fused_nn_contrib_conv2d_..."]    # ms per call, median of the rounds
+    times = profile_in_model({"record": lib_a, "rule design": lib_b, "default": lib_c}, inputs,
+                             tasks)
+    times["record"]["fused_nn_contrib_conv2d_..."]    # a task's kernel: ms per call, median
 
 Why not each task alone: a task's function built and run by itself, again and again (what
 MetaSchedule's runner and :func:`relay_ext.schedules.task_choice.time_task` do), finds its weights
@@ -9,8 +10,11 @@ and its input warm in the caches. Inside the model its weights come cold and its
 layer before, and a schedule faster alone can be slower there (docs/BENCHMARKS.md, "Tasks timed
 alone and inside the model").
 
-How: the builds compared are whole models of the same Relay graph (the same fused functions,
-by name; only their schedules differ). Each runs in TVM's debug graph executor, which times
+How: the builds compared are whole models of the same Relay graph (the same fused functions;
+only their schedules differ). A kernel is known by the task it runs (:func:`kernel_tasks`), not
+by its name: Relay's build names its kernels in the order it lowers them and MetaSchedule's task
+extraction names its tasks in another, so one name can be two different functions (15 of
+MobileNetV2's 50 tasks on the AMX target). Each runs in TVM's debug graph executor, which times
 every kernel call of one run of the model (``profile``); the builds take turns, ``rounds`` times,
 so that a change of load hits them alike, and each function's time per call is the median over
 the rounds of its calls' total divided by their number. The debug executor times kernel calls
@@ -23,10 +27,11 @@ import collections
 import logging
 import statistics
 import tempfile
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tvm
+from tvm import meta_schedule as ms
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +42,48 @@ PREFIX = "tvmgen_default_"  # Relay's name for a model's kernels: this prefix + 
 def kernel_name(name: str) -> str:
     """A profiled kernel's name as MetaSchedule's task extraction names its task."""
     return name[len(PREFIX):] if name.startswith(PREFIX) else name
+
+
+def _untyped(func: tvm.relay.Function) -> tvm.relay.Function:
+    """``func`` with parameters of no type: what is left when a build rewrote a weight's layout
+    (MetaSchedule's layout rewrite gives a dense's weight parameter another shape)."""
+    fresh = [tvm.relay.var(param.name_hint) for param in func.params]
+    return tvm.relay.Function(fresh, tvm.relay.bind(func.body, dict(zip(func.params, fresh))))
+
+
+def _same(a: tvm.relay.Function, b: tvm.relay.Function) -> bool:
+    return tvm.ir.structural_equal(a, b, map_free_vars=True)
+
+
+def kernel_tasks(lib: tvm.runtime.Module, tasks: Sequence[ms.ExtractedTask]) -> Dict[str, str]:
+    """Kernel name (:func:`kernel_name` of a built model's function) -> the name of the task of
+    ``tasks`` it runs: the task whose fused Relay function is the kernel's (the build keeps each
+    kernel's Relay function in ``lib.function_metadata``), else, where the build rewrote a
+    weight's layout, the one task with the same ops on parameters of any type and the same output
+    type. A kernel no task matches (a build of another module; a kernel of a module loaded from a
+    file, which keeps no metadata) is left out."""
+    funcs = []
+    for task in tasks:
+        (_, func), = task.mod.functions.items()
+        funcs.append((str(task.task_name), tvm.relay.Function(list(func.params), func.body),
+                      _untyped(func), func.ret_type))
+    by_key: Dict[int, list] = collections.defaultdict(list)
+    for entry in funcs:
+        by_key[tvm.ir.structural_hash(entry[2], map_free_vars=True)].append(entry)
+    found: Dict[str, str] = {}
+    for symbol, info in getattr(lib, "function_metadata", {}).items():
+        if not info.tir_primfuncs:  # the graph's main function, no kernel
+            continue
+        for kernel in info.relay_primfuncs.values():
+            plain = tvm.relay.Function(list(kernel.params), kernel.body)
+            untyped = _untyped(kernel)
+            alike = [entry for entry in by_key.get(tvm.ir.structural_hash(untyped, map_free_vars=True), ())
+                     if _same(entry[2], untyped) and tvm.ir.structural_equal(entry[3], kernel.ret_type)]
+            exact = [entry for entry in alike if _same(entry[1], plain)]
+            chosen = exact or (alike if len(alike) == 1 else [])
+            if chosen:
+                found[kernel_name(str(symbol))] = chosen[0][0]
+    return found
 
 
 def _debug_module(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], dump_root: str):
@@ -54,12 +101,17 @@ def _debug_module(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], dum
     return module
 
 
-def _one_run(module) -> Dict[str, float]:
-    """Total ms and number of calls per kernel name in one profiled run of the model."""
+def _one_run(module, tasks: Optional[Mapping[str, str]] = None) -> Dict[str, float]:
+    """Ms per call of each kernel in one profiled run of the model, keyed by its name or, with
+    ``tasks`` (:func:`kernel_tasks`), by its task's (a kernel without a task is left out)."""
     totals: Dict[str, float] = collections.defaultdict(float)
     calls: Dict[str, int] = collections.defaultdict(int)
     for call in module.profile().calls:
         name = kernel_name(str(call["Name"]))
+        if tasks is not None:
+            if name not in tasks:
+                continue
+            name = tasks[name]
         totals[name] += call["Duration (us)"].microseconds / 1e3
         calls[name] += 1
     return {name: totals[name] / calls[name] for name in totals}
@@ -74,16 +126,18 @@ def profiled_runs(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], rou
 
 
 def profile_in_model(libs: Mapping[str, tvm.runtime.Module], inputs: Mapping[str, np.ndarray],
+                     tasks: Sequence[ms.ExtractedTask],
                      rounds: int = ROUNDS) -> Dict[str, Dict[str, float]]:
-    """Per build (label -> graph executor factory of the same graph), per kernel (the task name),
-    its milliseconds per call inside the model: the median of ``rounds`` interleaved profiled
-    runs (see the module doc)."""
+    """Per build (label -> graph executor factory of the same graph), per task of ``tasks``
+    (its name), its kernel's milliseconds per call inside the model: the median of ``rounds``
+    interleaved profiled runs (see the module doc)."""
+    names = {label: kernel_tasks(lib, tasks) for label, lib in libs.items()}
     with tempfile.TemporaryDirectory(prefix="quantfuse-profile-") as dump_root:
         modules = {label: _debug_module(lib, inputs, dump_root) for label, lib in libs.items()}
         runs: Dict[str, list] = {label: [] for label in libs}
         for _ in range(rounds):
             for label, module in modules.items():
-                runs[label].append(_one_run(module))
+                runs[label].append(_one_run(module, names[label]))
     medians = {}
     for label, samples in runs.items():
         names = set().union(*samples)

@@ -242,7 +242,7 @@ def measure_in_model(plans: Sequence["_Plan"], database: ms.Database,
     if designs is not None and any(plan.source == "no-search" or plan.designed is not None
                                    for plan in plans):
         libs["no-search"] = build(designs)
-    times = profile_in_model(libs, model_inputs(mod, params))
+    times = profile_in_model(libs, model_inputs(mod, params), [plan.task for plan in plans])
     found: Dict[str, TaskVsDefault] = {}
     for plan in plans:
         name = str(plan.task.task_name)
