@@ -27,7 +27,7 @@ import collections
 import logging
 import statistics
 import tempfile
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -51,8 +51,27 @@ def _untyped(func: tvm.relay.Function) -> tvm.relay.Function:
     return tvm.relay.Function(fresh, tvm.relay.bind(func.body, dict(zip(func.params, fresh))))
 
 
-def _same(a: tvm.relay.Function, b: tvm.relay.Function) -> bool:
-    return tvm.ir.structural_equal(a, b, map_free_vars=True)
+class _Function(NamedTuple):
+    """A fused Relay function as :func:`kernel_tasks` compares it."""
+
+    typed: tvm.relay.Function  # parameters and body, no attributes
+    untyped: tvm.relay.Function
+    result: tvm.ir.Type
+
+    @classmethod
+    def of(cls, func: tvm.relay.Function) -> "_Function":
+        return cls(tvm.relay.Function(list(func.params), func.body), _untyped(func), func.ret_type)
+
+    def key(self) -> int:
+        return tvm.ir.structural_hash(self.untyped, map_free_vars=True)
+
+    def alike(self, other: "_Function") -> bool:
+        """The same ops on parameters of any type, with the same result type."""
+        return (tvm.ir.structural_equal(self.untyped, other.untyped, map_free_vars=True)
+                and tvm.ir.structural_equal(self.result, other.result))
+
+    def same(self, other: "_Function") -> bool:
+        return tvm.ir.structural_equal(self.typed, other.typed, map_free_vars=True)
 
 
 def kernel_tasks(lib: tvm.runtime.Module, tasks: Sequence[ms.ExtractedTask]) -> Dict[str, str]:
@@ -62,27 +81,22 @@ def kernel_tasks(lib: tvm.runtime.Module, tasks: Sequence[ms.ExtractedTask]) -> 
     weight's layout, the one task with the same ops on parameters of any type and the same output
     type. A kernel no task matches (a build of another module; a kernel of a module loaded from a
     file, which keeps no metadata) is left out."""
-    funcs = []
+    by_key: Dict[int, List[Tuple[str, _Function]]] = collections.defaultdict(list)
     for task in tasks:
         (_, func), = task.mod.functions.items()
-        funcs.append((str(task.task_name), tvm.relay.Function(list(func.params), func.body),
-                      _untyped(func), func.ret_type))
-    by_key: Dict[int, list] = collections.defaultdict(list)
-    for entry in funcs:
-        by_key[tvm.ir.structural_hash(entry[2], map_free_vars=True)].append(entry)
+        function = _Function.of(func)
+        by_key[function.key()].append((str(task.task_name), function))
     found: Dict[str, str] = {}
     for symbol, info in getattr(lib, "function_metadata", {}).items():
         if not info.tir_primfuncs:  # the graph's main function, no kernel
             continue
-        for kernel in info.relay_primfuncs.values():
-            plain = tvm.relay.Function(list(kernel.params), kernel.body)
-            untyped = _untyped(kernel)
-            alike = [entry for entry in by_key.get(tvm.ir.structural_hash(untyped, map_free_vars=True), ())
-                     if _same(entry[2], untyped) and tvm.ir.structural_equal(entry[3], kernel.ret_type)]
-            exact = [entry for entry in alike if _same(entry[1], plain)]
-            chosen = exact or (alike if len(alike) == 1 else [])
-            if chosen:
-                found[kernel_name(str(symbol))] = chosen[0][0]
+        for func in info.relay_primfuncs.values():
+            kernel = _Function.of(func)
+            alike = [(name, task) for name, task in by_key.get(kernel.key(), ())
+                     if task.alike(kernel)]
+            exact = [name for name, task in alike if task.same(kernel)]
+            if exact or len(alike) == 1:
+                found[kernel_name(str(symbol))] = (exact or [alike[0][0]])[0]
     return found
 
 
