@@ -14,7 +14,7 @@ from tvm import meta_schedule as ms
 from tvm.target import Target
 
 
-from relay_ext.lowering import cached_libinfo, table_lookup_index
+from relay_ext.lowering import cached_libinfo, depthwise_padding, table_lookup_index
 from relay_ext.lowering.config import pass_config
 from relay_ext.lowering.x86 import x86_codegen
 
@@ -26,6 +26,8 @@ x86_codegen.install()
 cached_libinfo.install()
 # QNN table lookups (sigmoid, hardswish ...) indexed in int32: TVM's uint8 index wraps
 table_lookup_index.register()
+# A depthwise conv pads its input inside its own kernel, not in a copy of its own
+depthwise_padding.register()
 
 logger = logging.getLogger(__name__)
 

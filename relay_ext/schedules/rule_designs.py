@@ -36,7 +36,12 @@ decision in its trace is replaced by a choice computed from the loop extents and
   independent, so consecutive ``vpdpbusd`` do not wait on each other. docs/cpu.md gives the
   reason for each choice, docs/BENCHMARKS.md what each alternative measured.
 * **SampleCategorical** (the unroll step): 64 where it is a candidate, else the likeliest.
-* **SampleComputeLocation**: the root (``-1``), always valid.
+* **SampleComputeLocation**: a padding block (a padded copy of a conv's input,
+  :func:`meta_rules.analysis.padding_blocks.is_padding_block`) inlined (``-2``): the conv reads
+  its input through the bound check, which MobileNetV2's depthwise convs ran faster than with
+  a padded copy of the input, whole or a band of rows at a time (docs/BENCHMARKS.md); every
+  other block at the root (``-1``), always valid (so is a padding block where inlining is not:
+  TVM takes the root then).
 
 The trace with those decisions is replayed on the task's workload and ``variant``'s postprocs are
 applied (as MetaSchedule does to a search candidate), and the result is compiled once (a record
@@ -62,6 +67,7 @@ from tvm import tir
 from tvm.target import Target
 
 import meta_rules
+from meta_rules.analysis.padding_blocks import padding_block_names
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
@@ -74,6 +80,8 @@ logger = logging.getLogger(__name__)
 # FAILED_RUN_SECS), above any real measurement, so a measured record of the task ranks first.
 UNMEASURED_RUN_SECS = 1e6
 UNROLL_STEP = 64
+# SampleComputeLocation's decisions: TVM's marks for "inline into the consumer" and "the root"
+INLINE, ROOT = -2, -1
 # TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
 STACK_BYTES = 1024
 # Blocks whose schedules the rules decide: a tiled block, a tensorized block, the layout rule.
@@ -163,10 +171,12 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
     return decisions  # type: ignore[return-value] - every entry is set above
 
 
-def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedule.Trace:
+def deterministic_trace(trace: tir.schedule.Trace, target: Target,
+                        workload: Optional[tvm.IRModule] = None) -> tir.schedule.Trace:
     """``trace`` with its sampling decisions replaced by the module doc's choices. A perfect
     tile's loop extent is the product of the factors sampled for it; the SamplePerfectTile
-    instructions of one block (only Splits between them) are decided together."""
+    instructions of one block (only Splits between them) are decided together. ``workload``
+    (the task's): where its padding blocks are (else none is)."""
     tensorized = any(inst.kind.name == "Annotate" and str(inst.attrs[0]) ==
                      "meta_schedule.auto_tensorize" for inst in trace.insts
                      if len(inst.attrs) > 0)
@@ -174,6 +184,10 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedu
     old = dict(trace.decisions)
     decisions: Dict = {}
     group: List[Tuple[tir.schedule.Instruction, int, int, int]] = []
+    padding = (set() if workload is None else
+               {name for func in workload.functions.values() if isinstance(func, tir.PrimFunc)
+                for name in padding_block_names(func)})
+    block_names: Dict[tir.schedule.BlockRV, str] = {}
 
     def flush() -> None:
         extents = [(extent, n, max_inner) for _, extent, n, max_inner in group]
@@ -196,8 +210,10 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target) -> tir.schedu
             probs = [float(p) for p in inst.attrs[1]]
             decisions[inst] = (candidates.index(UNROLL_STEP) if UNROLL_STEP in candidates
                                else probs.index(max(probs)))
+        elif name == "GetBlock":
+            block_names[inst.outputs[0]] = str(inst.attrs[0])
         elif name == "SampleComputeLocation":
-            decisions[inst] = -1
+            decisions[inst] = INLINE if block_names.get(inst.inputs[0]) in padding else ROOT
     if group:
         flush()
     return tir.schedule.Trace(list(trace.insts), {**old, **decisions})
@@ -284,7 +300,7 @@ def context_design(context: ms.TuneContext) -> TaskDesign:
         if kind is None:
             continue
         try:
-            fixed = deterministic_trace(design.trace, target)
+            fixed = deterministic_trace(design.trace, target, workload)
             final = apply_with_postprocs(fixed, workload, space.postprocs)
             builds(final, workload, target)
         except Exception as error:  # pylint: disable=broad-except - TVM raises many kinds

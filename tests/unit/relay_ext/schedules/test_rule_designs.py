@@ -11,6 +11,7 @@ from tvm import meta_schedule as ms
 from tvm import tir
 
 import meta_rules
+from meta_rules.analysis.padding_blocks import padding_block_names
 from meta_rules.generic.resilient_space_generator import ResilientPostOrderApply
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86.amx import request_amx_tile_data
@@ -284,6 +285,9 @@ def test_the_depthwise_design_matches_numpy(target):
     target = needs(target)
     design = context_design(_context(_depthwise_module(), target))
     assert design.has_record, design.design  # the tiling rule decides it, no TVM default
+    # the padded copy of the input inlined: the conv reads its input through the bound check
+    assert padding_block_names(design.workload["main"]) == {"pad"}
+    assert padding_block_names(_scheduled(design)["main"]) == set()
     lib = tvm.build(_scheduled(design), target=target)
     rng = np.random.default_rng(1)
     data = rng.integers(0, 256, (1, 2, 14, 14, 16)).astype("uint8")
