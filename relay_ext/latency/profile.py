@@ -147,7 +147,10 @@ def has_records(work_dir: Optional[Path]) -> bool:
 def _schedules(built: Compiled) -> Tuple[Dict[str, str], Dict[str, str]]:
     """Per task: what built it ("tuned", "no-search", "default") and its rule design's kind."""
     designs = {design.task: design for design in (built.designs.designs if built.designs else [])}
-    chosen = {choice.task: choice.choice for choice in built.choices or []}
+    # a no-search build has no tuned record: its choices kept rule designs
+    kept = "no-search" if built.schedule == "no-search" else "tuned"
+    chosen = {choice.task: kept if choice.choice == "tuned" else choice.choice
+              for choice in built.choices or []}
     for name, design in designs.items():  # untimed: a design builds its task, else TOPI's default
         chosen.setdefault(name, "no-search" if design.has_record else "default")
     kinds = {name: design.design for name, design in designs.items() if design.has_record}

@@ -13,7 +13,7 @@ alone and inside the model").
 How: the builds compared are whole models of the same Relay graph (the same fused functions;
 only their schedules differ). A kernel is known by the task it runs (:func:`kernel_tasks`), not
 by its name: Relay's build names its kernels in the order it lowers them and MetaSchedule's task
-extraction names its tasks in another, so one name can be two different functions (15 of
+extraction names its tasks in another, so one name can be two different functions (14 of
 MobileNetV2's 50 tasks on the AMX target). Each runs in TVM's debug graph executor, which times
 every kernel call of one run of the model (``profile``); the builds take turns, ``rounds`` times,
 so that a change of load hits them alike, and each function's time per call is the median over

@@ -159,3 +159,17 @@ def test_kernel_times_sum_each_kernels_calls_per_run():
     assert per_run == {"a": pytest.approx([0.22, 0.2]), "b": pytest.approx([0.05, 0.06])}
     assert calls == {"a": 2, "b": 1} and order == ["a", "b", "a"]
     assert totals == pytest.approx([0.4, 0.38])
+
+
+def test_a_no_search_builds_kept_designs_are_no_search_and_a_tuned_builds_records_tuned():
+    """The per-task choice of a no-search build takes the rule designs as its records ("tuned"
+    in its comparisons): the profile calls them what they are."""
+    designs = types.SimpleNamespace(designs=[
+        types.SimpleNamespace(task=name, has_record=True, design="amx") for name in "abc"])
+    choices = [types.SimpleNamespace(task="a", choice="tuned"),
+               types.SimpleNamespace(task="b", choice="default")]
+    for schedule, kept in (("no-search", "no-search"), ("tuned", "tuned")):
+        built = types.SimpleNamespace(designs=designs, choices=choices, schedule=schedule)
+        chosen, kinds = profile_module._schedules(built)  # pylint: disable=protected-access
+        assert chosen == {"a": kept, "b": "default", "c": "no-search"}
+        assert kinds == {"a": "amx", "b": "amx", "c": "amx"}
