@@ -4,8 +4,8 @@ TVM 0.19 canonicalizes every padded ``qnn.conv2d`` to an explicit ``nn.pad`` wit
 point followed by an unpadded ``nn.conv2d`` (``Conv2DPadInput``, ``src/relay/qnn/op/
 convolution.cc``). Relay's fusion cannot put that pad (an injective op) in front of the conv (an
 anchor takes only the elementwise ops after it), nor after the conv that produced the input, so
-each padded depthwise conv of MobileNetV2 costs a standalone copy of its input, 18 ``fused_nn_pad``
-kernels of MobileNetV2 on the AVX-512 hosts::
+each padded depthwise conv costs a copy of its input in a kernel of its own (17 ``fused_nn_pad``
+calls in MobileNetV2 on the AVX-512 hosts)::
 
     before                                       after (input zero point 0)
     %p = nn.pad(%x, 0, pad_width=[.., [1, 1], [1, 1]])

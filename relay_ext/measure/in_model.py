@@ -27,7 +27,7 @@ import collections
 import logging
 import statistics
 import tempfile
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -115,17 +115,16 @@ def _debug_module(lib: tvm.runtime.Module, inputs: Mapping[str, np.ndarray], dum
     return module
 
 
-def _one_run(module, tasks: Optional[Mapping[str, str]] = None) -> Dict[str, float]:
-    """Ms per call of each kernel in one profiled run of the model, keyed by its name or, with
-    ``tasks`` (:func:`kernel_tasks`), by its task's (a kernel without a task is left out)."""
+def _one_run(module, tasks: Mapping[str, str]) -> Dict[str, float]:
+    """Ms per call of each kernel in one profiled run of the model, keyed by the name of its task
+    (``tasks``: :func:`kernel_tasks`; a kernel without a task is left out)."""
     totals: Dict[str, float] = collections.defaultdict(float)
     calls: Dict[str, int] = collections.defaultdict(int)
     for call in module.profile().calls:
         name = kernel_name(str(call["Name"]))
-        if tasks is not None:
-            if name not in tasks:
-                continue
-            name = tasks[name]
+        if name not in tasks:
+            continue
+        name = tasks[name]
         totals[name] += call["Duration (us)"].microseconds / 1e3
         calls[name] += 1
     return {name: totals[name] / calls[name] for name in totals}
