@@ -109,7 +109,9 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
     built = compile(loaded, target=target, records=records, variant=variant, threads=threads,
                     choose_per_task=choose_per_task,
                     timing_cache=None if work_dir is None else work_dir / TASK_TIMINGS_FILE)
-    tasks = lowered_tasks(loaded.mod, loaded.params, target, variant)
+    # the tasks the build's rule designs came from, else (TVM's default build) extracted here
+    tasks = (built.designs.tasks if built.designs is not None
+             else lowered_tasks(loaded.mod, loaded.params, target, variant))
     rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds), tasks)
     side, note = (None, "not asked for") if not openvino else _openvino_side(
         loaded, work_dir, threads, int(rounds), target, rows, calls)
@@ -205,7 +207,7 @@ def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int, rounds: int,
     rows = []
     for name, times in per_run.items():
         task = task_of.get(name)
-        signature = signatures.get(task) if task is not None else None
+        signature = signatures.get(task)
         rows.append(ProfileRow(
             name, statistics.median(times), statistics.median(times) / run_ms, calls[name],
             schedule=chosen.get(task, built.schedule),

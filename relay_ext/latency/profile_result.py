@@ -14,12 +14,12 @@ BETWEEN_KERNELS = "executor, between kernels"
 
 @dataclasses.dataclass
 class ProfileRow:
-    """One fused op (a kernel of TVM's build, named as its tuning task) inside the model.
+    """One fused op (a kernel of TVM's build, named as the build names it) inside the model.
 
     ``ms``: its time in one run of the model, all its calls together (median over the profiled
     runs); ``share``: of the debug executor's total for the run. ``layer``: the convolution it
-    runs, as TVM runs it (channels padded; None: not a conv, or no OpenVINO side, whose pairing
-    reads it). ``schedule``: what built it
+    runs, as TVM runs it (channels padded; None: not a conv), read from the task whose fused
+    function the kernel runs, as ``schedule`` and ``design`` are. ``schedule``: what built it
     ("tuned", "no-search" or "default": TVM's own); ``design``: the rule design's kind where
     that built it ("vnni tensorized", "amx", "tiled" ...); ``kernel``: the int8 instructions in its code ("AMX",
     "VNNI xN", "vpmaddubsw", "no int8 dot"). ``openvino_layers``: the OpenVINO nodes that run the

@@ -105,10 +105,12 @@ class TaskDesign:
 
 @dataclasses.dataclass
 class RuleDesigns:
-    """The rule designs' records (one per task that has a design) and every task's design."""
+    """The rule designs' records (one per task that has a design), every task's design and the
+    extracted tasks they are the designs of."""
 
     database: ms.Database
     designs: List[TaskDesign]
+    tasks: List[ms.ExtractedTask]
 
 
 def target_vectors(target: Target) -> Tuple[int, int]:
@@ -172,11 +174,11 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
 
 
 def deterministic_trace(trace: tir.schedule.Trace, target: Target,
-                        workload: Optional[tvm.IRModule] = None) -> tir.schedule.Trace:
+                        workload: tvm.IRModule) -> tir.schedule.Trace:
     """``trace`` with its sampling decisions replaced by the module doc's choices. A perfect
     tile's loop extent is the product of the factors sampled for it; the SamplePerfectTile
     instructions of one block (only Splits between them) are decided together. ``workload``
-    (the task's): where its padding blocks are (else none is)."""
+    (the task's): where its padding blocks are."""
     tensorized = any(inst.kind.name == "Annotate" and str(inst.attrs[0]) ==
                      "meta_schedule.auto_tensorize" for inst in trace.insts
                      if len(inst.attrs) > 0)
@@ -184,9 +186,8 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target,
     old = dict(trace.decisions)
     decisions: Dict = {}
     group: List[Tuple[tir.schedule.Instruction, int, int, int]] = []
-    padding = (set() if workload is None else
-               {name for func in workload.functions.values() if isinstance(func, tir.PrimFunc)
-                for name in padding_block_names(func)})
+    padding = {name for func in workload.functions.values() if isinstance(func, tir.PrimFunc)
+               for name in padding_block_names(func)}
     block_names: Dict[tir.schedule.BlockRV, str] = {}
 
     def flush() -> None:
@@ -332,7 +333,7 @@ def rule_design_records(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.
         logger.info("no-search %s: %s", task.task_name, design.design)
         if design.has_record:
             commit_design(database, design, target, [UNMEASURED_RUN_SECS])
-    return RuleDesigns(database, designs)
+    return RuleDesigns(database, designs, list(tasks))
 
 
 def commit_design(database: ms.Database, design: TaskDesign, target: Target,

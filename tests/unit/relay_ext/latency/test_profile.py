@@ -22,6 +22,9 @@ OPENVINO_HERE = all(importlib.util.find_spec(name) is not None
                     for name in ("openvino", "onnx", "onnxruntime"))
 
 
+EXTRACTIONS = []  # the profile's own task extractions (the build's are not counted)
+
+
 @pytest.fixture(scope="module")
 def profiled(tiny, tmp_path_factory):
     """(the profile, the graph's kernel names of the build it profiled, the work dir)."""
@@ -29,10 +32,12 @@ def profiled(tiny, tmp_path_factory):
         pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
     work_dir = tmp_path_factory.mktemp("profile")
     built = []
-    compile_ = profile_module.compile
+    compile_, extract = profile_module.compile, profile_module.lowered_tasks
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(profile_module, "compile",
                       lambda *args, **kwargs: built.append(compile_(*args, **kwargs)) or built[-1])
+        patch.setattr(profile_module, "lowered_tasks",
+                      lambda *args, **kwargs: EXTRACTIONS.append(1) or extract(*args, **kwargs))
         result = profile_module.profile(tiny, target=AVX2, work_dir=work_dir, threads=1,
                                         rounds=3, choose_per_task=False)
     graph = json.loads(built[0].lib.get_graph_json())
@@ -50,6 +55,12 @@ def test_every_fused_op_of_the_build_has_a_row_with_its_calls(profiled):
     assert all(row.kernel for row in result.rows), result.rows  # read from each one's code
     assert {row.schedule for row in result.rows} <= {"no-search", "default"}
     assert [row.ms for row in result.rows] == sorted((row.ms for row in result.rows), reverse=True)
+
+
+def test_the_rows_take_their_layers_from_the_builds_own_tasks_not_a_second_extraction(profiled):
+    result, _, _ = profiled
+    assert EXTRACTIONS == []
+    assert any(row.layer and row.layer.startswith("conv 3x3") for row in result.rows)
 
 
 def test_times_are_positive_and_add_up_to_the_profiled_run(profiled):
