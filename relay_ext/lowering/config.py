@@ -16,6 +16,7 @@ from meta_rules.rule_sets import check_variant
 from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 from relay_ext.lowering.tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
+from relay_ext.lowering.x86.round_and_convert import round_and_convert
 
 # "ours" annotates Relay's scalar constants for inlining; the others keep TVM's TIR unchanged.
 CONVERTER_BY_VARIANT: Dict[str, str] = {
@@ -56,17 +57,20 @@ def pass_config(variant: str) -> Dict[str, Any]:
 # pass_config).
 #
 # Every build also clamps a requantized value that goes straight back to float in float
-# (relay_ext.lowering.clamp_in_float: a residual block's conv epilogue), before vectorization.
+# (relay_ext.lowering.clamp_in_float: a residual block's conv epilogue), before vectorization,
+# and on AVX-512 rounds and converts float vectors to int32 in one instruction
+# (relay_ext.lowering.x86.round_and_convert), after it.
 BUILD_OPTIONS: Dict[str, Any] = {
     "tir.disable_cse_tir": True,
-    "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets)],
+    "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets), (3, round_and_convert)],
 }
 
 
 def build_candidate(mod, target, params):
-    """MetaSchedule's default candidate build, under :data:`BUILD_OPTIONS`."""
+    """MetaSchedule's default candidate build, under :data:`BUILD_OPTIONS`, inside ``target``'s
+    scope (the passes that depend on the target read it there, as in a Relay build)."""
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm.meta_schedule.builder.local_builder import default_build
 
-    with tvm.transform.PassContext(config=BUILD_OPTIONS):
+    with tvm.target.Target(target), tvm.transform.PassContext(config=BUILD_OPTIONS):
         return default_build(mod, target, params)
