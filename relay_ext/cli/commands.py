@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -107,10 +108,25 @@ def cmd_tune(args) -> int:
         check_runs_here(run.target)
     runner = rpc_runner(args.rpc, run.target)
     work_dir = writable_dir(args.work_dir)
+    run = dataclasses.replace(run, candidate_timing=candidate_timing(args, run.target, work_dir))
     # One tune per work dir, locked before repair touches its files; the RPC runner's popen
     # workers are killed on every way out (Ctrl-C included).
     with work_dir_locked(work_dir), closed_after(runner):
         return _tune_into(args, run, runner, work_dir, started)
+
+
+def candidate_timing(args, target, work_dir: Path) -> str:
+    """--candidate-timing, else what the work dir was tuned with (a resumed tune goes on as it
+    began; warm for a work dir from before the option), else the target's default."""
+    from relay_ext.tuning.options import default_candidate_timing
+    from relay_ext.workdir.files import recorded_run
+
+    if args.candidate_timing is not None:
+        return args.candidate_timing
+    previous = work_dir_checked(recorded_run, work_dir)
+    if previous is not None:
+        return previous.get("candidate_timing", "warm")
+    return default_candidate_timing(target)
 
 
 def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
@@ -135,7 +151,8 @@ def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
         database = tune(loaded.mod, loaded.params, run.target, work_dir, max_trials=remaining,
                         variant=run.variant, num_trials_per_iter=min(16, remaining or 16),
                         seed=args.seed, strategy=search_strategy(), runner=runner,
-                        progress=bar.show, max_minutes=args.minutes, clock_started=started)
+                        progress=bar.show, max_minutes=args.minutes, clock_started=started,
+                        candidate_timing=run.candidate_timing)
     except KeyboardInterrupt:
         bar.close()
         kept = repair_database(work_dir)["records"]

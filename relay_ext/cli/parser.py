@@ -183,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--rpc", metavar="HOST:PORT:KEY", default=None,
                       help="measure on the servers registered under KEY with the TVM RPC tracker "
                            "at HOST:PORT (default: measure on this machine)")
+    tune.add_argument("--candidate-timing", choices=("cold", "warm"), default=None,
+                      help="cold: each timed run of a candidate follows a flush of its weights "
+                           "and outputs from the caches, as inside a model; warm: it runs again "
+                           "and again, its weights cached (default: what the work dir was tuned "
+                           "with, else cold for a CPU target and warm for a GPU)")
     bench = command("bench", model)
     bench.add_argument("--work-dir", default=None,
                        help="a work dir that 'quantfuse tune' filled: its tuned build is timed, "

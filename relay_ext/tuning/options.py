@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional, Union
 
 from tvm import meta_schedule as ms
+from tvm.target import Target
 
 from meta_rules.rule_sets import check_variant
 
@@ -22,6 +23,23 @@ from relay_ext.tuning.progress import ProgressSnapshot
 
 RunnerLike = Union[str, ms.runner.Runner]
 StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
+
+# How a candidate is timed. "warm": MetaSchedule's default, the candidate run again and again for
+# at least 100 ms, so its weights sit in the caches as they never do inside a model. "cold": every
+# timed run follows a flush of all the candidate's arguments but the first (TVM's
+# cache_flush_cpu_non_first_arg): its input stays cached, as after the op before it in a model,
+# while its weights and outputs come from memory; the mean of 20 such runs is its cost. The flush
+# is a CPU's: a CPU (llvm) target is timed cold unless told otherwise, any other warm.
+CANDIDATE_TIMINGS: Mapping[str, ms.runner.EvaluatorConfig] = {
+    "warm": ms.runner.EvaluatorConfig(),
+    "cold": ms.runner.EvaluatorConfig(number=1, repeat=20, min_repeat_ms=0,
+                                      enable_cpu_cache_flush=True),
+}
+
+
+def default_candidate_timing(target: Target) -> str:
+    """"cold" for a CPU (llvm) target, "warm" for any other (the flush is a CPU's)."""
+    return "cold" if Target(target).kind.name == "llvm" else "warm"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +61,10 @@ class TuneOptions:
     Measuring: ``runner`` is ``"local"`` (candidates run on this machine) or a MetaSchedule
     Runner (such as :func:`relay_ext.measure.rpc_tracker.rpc_runner`'s); ``builder`` a
     MetaSchedule Builder (None: a local one with quantfuse's build options).
+    ``candidate_timing``: ``"cold"``, each run after the candidate's weights and outputs were
+    flushed from the caches, or ``"warm"`` (MetaSchedule's default; :data:`CANDIDATE_TIMINGS`);
+    None: cold for a CPU target, warm for any other. It sets the evaluator of the local runner
+    or of a given runner that has one (an RPCRunner).
     ``measure_rule_designs_first``: before the search, measure each task's rule design
     (:mod:`relay_ext.tuning.rule_designs_first`), one trial of the budget each.
 
@@ -61,6 +83,7 @@ class TuneOptions:
     runner: RunnerLike = "local"
     builder: Optional[ms.builder.Builder] = None
     measure_rule_designs_first: bool = False
+    candidate_timing: Optional[str] = None
     progress: Optional[Callable[[ProgressSnapshot], None]] = None
 
     def __post_init__(self) -> None:
@@ -78,6 +101,15 @@ class TuneOptions:
         if not isinstance(self.runner, ms.runner.Runner) and self.runner != "local":
             raise ValueError(f"runner must be 'local' or a tvm.meta_schedule.runner.Runner (such "
                              f"as an RPCRunner), got {self.runner!r}")
+        if self.candidate_timing is not None and self.candidate_timing not in CANDIDATE_TIMINGS:
+            raise ValueError(f"candidate_timing must be one of {', '.join(CANDIDATE_TIMINGS)}, got "
+                             f"{self.candidate_timing!r}")
+        if isinstance(self.runner, ms.runner.Runner) and self.candidate_timing == "cold" and \
+                not hasattr(self.runner, "evaluator_config"):
+            raise ValueError(f"candidate_timing={self.candidate_timing!r} sets a runner's "
+                             f"evaluator_config, and {type(self.runner).__name__} has none; give "
+                             "it tvm.meta_schedule.runner.EvaluatorConfig("
+                             "enable_cpu_cache_flush=True, number=1) yourself")
 
     @classmethod
     def merged(cls, options: Optional["TuneOptions"], fields: Mapping[str, Any]) -> "TuneOptions":
@@ -87,11 +119,23 @@ class TuneOptions:
             return cls(**fields)
         return dataclasses.replace(options, **fields) if fields else options
 
-    def make_runner(self) -> ms.runner.Runner:
-        """The runner to measure with: ``runner`` itself, or for ``"local"`` a LocalRunner whose
-        worker processes may run AMX code."""
+    def make_runner(self, target: Target) -> ms.runner.Runner:
+        """The runner to measure ``target``'s candidates with: ``runner`` itself (its evaluator
+        set where the candidates are timed cold), or for ``"local"`` a LocalRunner whose worker
+        processes may run AMX code, timing candidates as :meth:`timing` says."""
+        timing = self.timing(target)
         if isinstance(self.runner, ms.runner.Runner):
+            if timing == "cold" and hasattr(self.runner, "evaluator_config"):
+                self.runner.evaluator_config = CANDIDATE_TIMINGS[timing]
             return self.runner
         # Each runner worker is a fresh process: it asks for AMX tile data itself (nothing where
         # the OS does not enable AMX), so that candidates built with AMX run there.
-        return ms.runner.LocalRunner(initializer=request_amx_tile_data_in_worker)
+        return ms.runner.LocalRunner(evaluator_config=CANDIDATE_TIMINGS[timing],
+                                     initializer=request_amx_tile_data_in_worker)
+
+    def timing(self, target: Target) -> str:
+        """How ``target``'s candidates are timed: ``candidate_timing``, or by default cold for a
+        CPU target and warm for any other."""
+        if self.candidate_timing is not None:
+            return self.candidate_timing
+        return default_candidate_timing(target)

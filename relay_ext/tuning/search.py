@@ -102,7 +102,7 @@ def tune(
     options = TuneOptions.merged(options, fields)
     started = time.monotonic() if options.clock_started is None else float(options.clock_started)
     target = tunable_target(target, options.variant)
-    runner = options.make_runner()
+    runner = options.make_runner(target)
     _check_this_machine_measures(target, runner)
     work_dir = Path(work_dir)
     with tuning_lock(work_dir):  # one tune per work dir (created here)
@@ -261,6 +261,7 @@ def _write_summary(run: _Run, write_error: Optional[Exception]) -> Dict:
         "max_minutes": None if options.max_minutes is None else float(options.max_minutes),
         "num_trials_per_iter": int(options.num_trials_per_iter),
         "seed": options.seed,
+        "candidate_timing": options.timing(run.target),
         "tasks": [dataclasses.asdict(r) for r in run.reports],
         "records_before": run.records_before,
         "rule_designs_measured_first": run.rule_designs_measured,

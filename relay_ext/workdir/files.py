@@ -203,19 +203,25 @@ class RunDescription:
     layout: str
     target: Target
     variant: str
+    # how tune times candidates (relay_ext.tuning.options); None: the target's default
+    candidate_timing: Optional[str] = None
 
     def record(self) -> Dict:
         """The JSON form kept in the work dir (``quantfuse_tune.json``)."""
+        from relay_ext.tuning.options import default_candidate_timing  # pylint: disable=import-outside-toplevel
+
         return {"model": self.model, "input_shape": self.input_shape,
                 "image_size": self.image_size, "layout": self.layout,
-                "target": str(self.target), "variant": self.variant}
+                "target": str(self.target), "variant": self.variant,
+                "candidate_timing": self.candidate_timing or default_candidate_timing(self.target)}
 
     def write(self, work_dir: PathLike) -> None:
         (Path(work_dir) / RUN_FILE).write_text(json.dumps(self.record(), indent=2))
 
     def check_same_run(self, work_dir: PathLike) -> None:
-        """WorkDirError when ``work_dir`` holds tuning for another model, target, layout or
-        variant (resuming it would mix records)."""
+        """WorkDirError when ``work_dir`` holds tuning for another model, target, layout, variant
+        or candidate timing (resuming it would mix records; a work dir from before the timing was
+        recorded counts as warm)."""
         self._check(work_dir, self.record(), "holds tuning for",
                     "run the same command again to resume, or pick another --work-dir")
 
@@ -231,6 +237,7 @@ class RunDescription:
         previous = recorded_run(work_dir)
         if previous is None:
             return
+        previous = {"candidate_timing": "warm", **previous}  # not recorded before it was an option
         different = [f"{k} {previous.get(k)!r} (now {v!r})" for k, v in now.items()
                      if k in previous and previous.get(k) != v]
         if different:
