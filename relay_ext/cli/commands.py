@@ -118,7 +118,7 @@ def cmd_tune(args) -> int:
 def candidate_timing(args, target, work_dir: Path) -> str:
     """--candidate-timing, else what the work dir was tuned with (a resumed tune goes on as it
     began; warm for a work dir from before the option), else the target's default."""
-    from relay_ext.tuning.options import default_candidate_timing
+    from relay_ext.measure.candidate_timing import default_candidate_timing
     from relay_ext.workdir.files import recorded_run
 
     if args.candidate_timing is not None:

@@ -19,28 +19,11 @@ from tvm.target import Target
 from meta_rules.rule_sets import check_variant
 
 from relay_ext.lowering.x86.amx import request_amx_tile_data_in_worker
+from relay_ext.measure.candidate_timing import CANDIDATE_TIMINGS, default_candidate_timing
 from relay_ext.tuning.progress import ProgressSnapshot
 
 RunnerLike = Union[str, ms.runner.Runner]
 StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
-
-# How a candidate is timed. "warm": MetaSchedule's default, the candidate run again and again for
-# at least 100 ms, so its weights sit in the caches as they never do inside a model. "cold": every
-# timed run follows a flush of all the candidate's arguments but the first (TVM's
-# cache_flush_cpu_non_first_arg): its input stays cached, as after the op before it in a model,
-# while its weights and outputs come from memory; the mean of 20 such runs is its cost. The flush
-# is a CPU's: a CPU (llvm) target is timed cold unless told otherwise, any other warm.
-CANDIDATE_TIMINGS: Mapping[str, ms.runner.EvaluatorConfig] = {
-    "warm": ms.runner.EvaluatorConfig(),
-    "cold": ms.runner.EvaluatorConfig(number=1, repeat=20, min_repeat_ms=0,
-                                      enable_cpu_cache_flush=True),
-}
-
-
-def default_candidate_timing(target: Target) -> str:
-    """"cold" for a CPU (llvm) target, "warm" for any other (the flush is a CPU's)."""
-    return "cold" if Target(target).kind.name == "llvm" else "warm"
-
 
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
@@ -62,7 +45,8 @@ class TuneOptions:
     Runner (such as :func:`relay_ext.measure.rpc_tracker.rpc_runner`'s); ``builder`` a
     MetaSchedule Builder (None: a local one with quantfuse's build options).
     ``candidate_timing``: ``"cold"``, each run after the candidate's weights and outputs were
-    flushed from the caches, or ``"warm"`` (MetaSchedule's default; :data:`CANDIDATE_TIMINGS`);
+    flushed from the caches, or ``"warm"`` (MetaSchedule's default;
+    :mod:`relay_ext.measure.candidate_timing`);
     None: cold for a CPU target, warm for any other. It sets the evaluator of the local runner
     or of a given runner that has one (an RPCRunner).
     ``measure_rule_designs_first``: before the search, measure each task's rule design

@@ -203,12 +203,12 @@ class RunDescription:
     layout: str
     target: Target
     variant: str
-    # how tune times candidates (relay_ext.tuning.options); None: the target's default
+    # how tune times candidates (relay_ext.measure.candidate_timing); None: the target's default
     candidate_timing: Optional[str] = None
 
     def record(self) -> Dict:
         """The JSON form kept in the work dir (``quantfuse_tune.json``)."""
-        from relay_ext.tuning.options import default_candidate_timing  # pylint: disable=import-outside-toplevel
+        from relay_ext.measure.candidate_timing import default_candidate_timing  # pylint: disable=import-outside-toplevel
 
         return {"model": self.model, "input_shape": self.input_shape,
                 "image_size": self.image_size, "layout": self.layout,

@@ -24,6 +24,7 @@ from relay_ext import pass_config
 from relay_ext.lowering import tir_converter as conv
 from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
+from relay_ext.lowering.x86.round_and_convert import round_and_convert
 
 TARGETS = ["llvm -num-cores 2", "nvidia/nvidia-a100"]
 ANNOTATION = ("schedule_rule", "compute_inline")
@@ -172,12 +173,14 @@ def test_pass_config(variant, converter):
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": converter,
         "tir.disable_cse_tir": True,
-        "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets)],
+        "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets),
+                               (3, round_and_convert)],
     }
     with tvm.transform.PassContext(config=config) as ctx:  # TVM knows every option
         assert str(ctx.config["relay.backend.tir_converter"]) == converter
         assert ctx.config["tir.add_lower_pass"][0][1].same_as(clamp_in_float)
         assert ctx.config["tir.add_lower_pass"][1][1].same_as(inline_vector_lets)
+        assert ctx.config["tir.add_lower_pass"][2][1].same_as(round_and_convert)
     assert pass_config(variant) is not config  # callers may add options to their copy
     assert relay_ext.pass_config is pass_config
 

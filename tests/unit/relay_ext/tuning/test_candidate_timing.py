@@ -12,7 +12,7 @@ from tvm.meta_schedule.utils import derived_object
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
 from relay_ext.tuning import TuneOptions
-from relay_ext.tuning.options import CANDIDATE_TIMINGS
+from relay_ext.measure.candidate_timing import CANDIDATE_TIMINGS
 from relay_ext.workdir.files import RECORD_FILE, RUN_FILE, SUMMARY_FILE, RunDescription
 from conftest import needs_c_compiler
 from helpers import small_search, one_error_line

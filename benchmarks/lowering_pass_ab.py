@@ -1,0 +1,97 @@
+"""A lowering pass of quantfuse's builds, on and off: the whole model's time and output, one run.
+
+    python -m benchmarks.lowering_pass_ab [--pass quantfuse.RoundAndConvert]
+        [--models resnet50,resnet18,mobilenet_v2] [--rounds 15] [--threads 2]
+
+Each model's no-search build (the rule designs, no per-task choice, so that both builds have the
+same schedules) is built twice, with every pass of ``BUILD_OPTIONS["tir.add_lower_pass"]`` and
+without the one named; both run on the model's input (the outputs must be identical: the passes
+are exact rewrites), then are timed in turns (``--rounds`` rounds, each the mean of 10 runs, a
+50 ms pause between), so that the VM's drift hits both alike. Prints the table and writes the
+section ``lowering_pass_ab`` of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Dict, List
+
+import numpy as np
+import tvm
+from tvm.contrib import graph_executor
+
+import relay_ext
+from benchmarks.markdown_report import markdown_table, write_section
+from relay_ext.lowering import config
+from relay_ext.measure.timing import with_tvm_threads
+
+
+def passes_without(name: str) -> List:
+    passes = list(config.BUILD_OPTIONS["tir.add_lower_pass"])
+    kept = [entry for entry in passes if entry[1].info.name != name]
+    if len(kept) == len(passes):
+        names = ", ".join(entry[1].info.name for entry in passes)
+        raise SystemExit(f"no lowering pass named {name!r}; quantfuse's builds run {names}")
+    return kept
+
+
+def build(loaded, passes: List) -> tvm.runtime.Module:
+    saved = config.BUILD_OPTIONS["tir.add_lower_pass"]
+    config.BUILD_OPTIONS["tir.add_lower_pass"] = passes
+    try:
+        return relay_ext.compile(loaded, target="host", schedule="no-search",
+                                 choose_per_task=False).lib
+    finally:
+        config.BUILD_OPTIONS["tir.add_lower_pass"] = saved
+
+
+def time_in_turns(libs: Dict[str, tvm.runtime.Module], inputs, rounds: int) -> Dict:
+    modules = {}
+    for label, lib in libs.items():
+        module = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+        module.set_input(**inputs)
+        module.run()
+        modules[label] = module
+    outputs = [module.get_output(0).numpy() for module in modules.values()]
+    times: Dict[str, List[float]] = {label: [] for label in modules}
+    for _ in range(rounds):
+        for label, module in modules.items():
+            time.sleep(0.05)
+            timer = module.module.time_evaluator("run", tvm.cpu(), number=10, repeat=1)
+            times[label].append(timer().mean * 1e3)
+    return {"identical": all(np.array_equal(outputs[0], out) for out in outputs[1:]),
+            "ms": {label: statistics.median(samples) for label, samples in times.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pass", dest="pass_name", default="quantfuse.RoundAndConvert")
+    parser.add_argument("--models", default="resnet50,resnet18,mobilenet_v2")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    without = passes_without(args.pass_name)
+    rows = []
+    for name in args.models.split(","):
+        loaded = relay_ext.load_model(name)
+        libs = {"with": build(loaded, list(config.BUILD_OPTIONS["tir.add_lower_pass"])),
+                "without": build(loaded, without)}
+        result = with_tvm_threads(args.threads, lambda: time_in_turns(libs, loaded.inputs,
+                                                                        args.rounds))
+        ms = result["ms"]
+        rows.append([name, f"{ms['with']:.3f}", f"{ms['without']:.3f}",
+                     f"{ms['with'] / ms['without']:.3f}", "yes" if result["identical"] else "NO"])
+        print(rows[-1], flush=True)
+    table = markdown_table(["model", "with (ms)", "without (ms)", "with / without",
+                            "outputs identical"], rows)
+    print(table)
+    body = (f"`{args.pass_name}` on and off in quantfuse's no-search build (`--target host`, "
+            f"batch 1, 224x224, {args.threads} threads, random weights; median of {args.rounds} "
+            "rounds of 10 runs, the two builds in turns).\n\n" + table)
+    write_section("lowering_pass_ab", f"A lowering pass on and off: {args.pass_name}", body)
+
+
+if __name__ == "__main__":
+    main()
