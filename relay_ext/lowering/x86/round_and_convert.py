@@ -10,9 +10,10 @@ own (``vcvtps2dq`` with ``{rd-sae}``: round down, no exceptions), so this pass r
 vector form to ``llvm.x86.avx512.mask.cvtps2dq.512`` with that rounding: one instruction, the
 same int32 for every input (a whole number in float converts exactly; NaN and values beyond
 int32 give 0x80000000 both ways). ``T.ceil`` gets ``{ru-sae}`` the same way. A residual
-block's conv epilogue has three such conversions among its ~18 vector instructions per 16
-outputs; the float arithmetic is most of the time of a 1x1 conv on AMX
-(docs/BENCHMARKS.md).
+block's conv epilogue rounds three times among its 18 vector instructions per 16 outputs; two of
+those roundings end in an int32 conversion (the third is clamped in float,
+:mod:`relay_ext.lowering.clamp_in_float`), so it goes to 16. The float arithmetic is most of the
+time of a 1x1 conv on AMX (docs/cpu.md, "The requantize epilogue").
 
 Only ``float32x16`` -> ``int32x16`` casts change, and only in functions built for an LLVM target
 with ``avx512f``; everything else is left alone. It runs as a phase-3 lowering pass
