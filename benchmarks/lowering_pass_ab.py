@@ -6,8 +6,9 @@
 Each model's no-search build (the rule designs, no per-task choice, so that both builds have the
 same schedules) is built twice, with every pass of ``BUILD_OPTIONS["tir.add_lower_pass"]`` and
 without the one named; both run on the model's input (the outputs must be identical: the passes
-are exact rewrites), then are timed in turns (``--rounds`` rounds, each the mean of 10 runs, a
-50 ms pause between), so that the VM's drift hits both alike. Prints the table and writes the
+are exact rewrites), then are timed in turns (``--rounds`` rounds, each the mean of 10 runs after
+the pause of :func:`relay_ext.measure.timing.interleaved_rounds`), so that the VM's drift hits
+both alike. Prints the table and writes the
 section ``lowering_pass_ab`` of docs/BENCHMARKS.md.
 """
 
@@ -15,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Dict, List
 
 import numpy as np
 import tvm
-from tvm.contrib import graph_executor
 
 import relay_ext
 from benchmarks.markdown_report import markdown_table, write_section
 from relay_ext.lowering import config
-from relay_ext.measure.timing import with_tvm_threads
+from relay_ext.measure.timing import interleaved_rounds, tvm_timer, with_tvm_threads
 
 
 def passes_without(name: str) -> List:
@@ -48,21 +47,13 @@ def build(loaded, passes: List) -> tvm.runtime.Module:
 
 
 def time_in_turns(libs: Dict[str, tvm.runtime.Module], inputs, rounds: int) -> Dict:
-    modules = {}
-    for label, lib in libs.items():
-        module = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-        module.set_input(**inputs)
-        module.run()
-        modules[label] = module
-    outputs = [module.get_output(0).numpy() for module in modules.values()]
-    times: Dict[str, List[float]] = {label: [] for label in modules}
-    for _ in range(rounds):
-        for label, module in modules.items():
-            time.sleep(0.05)
-            timer = module.module.time_evaluator("run", tvm.cpu(), number=10, repeat=1)
-            times[label].append(timer().mean * 1e3)
+    """Whether the builds' outputs are identical, and each build's median ms per run; call it on
+    the TVM thread that has the model's threads."""
+    timed = {label: tvm_timer(lib, inputs, number=10) for label, lib in libs.items()}
+    outputs = [output for output, _ in timed.values()]
+    samples = interleaved_rounds({label: timer for label, (_, timer) in timed.items()}, rounds)
     return {"identical": all(np.array_equal(outputs[0], out) for out in outputs[1:]),
-            "ms": {label: statistics.median(samples) for label, samples in times.items()}}
+            "ms": {label: statistics.median(secs) * 1e3 for label, secs in samples.items()}}
 
 
 def main() -> None:

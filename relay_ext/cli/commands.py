@@ -117,7 +117,8 @@ def cmd_tune(args) -> int:
 
 def candidate_timing(args, target, work_dir: Path) -> str:
     """--candidate-timing, else what the work dir was tuned with (a resumed tune goes on as it
-    began; warm for a work dir from before the option), else the target's default."""
+    began; :func:`recorded_run` says warm for a work dir from before the option), else the
+    target's default."""
     from relay_ext.measure.candidate_timing import default_candidate_timing
     from relay_ext.workdir.files import recorded_run
 
@@ -125,7 +126,7 @@ def candidate_timing(args, target, work_dir: Path) -> str:
         return args.candidate_timing
     previous = work_dir_checked(recorded_run, work_dir)
     if previous is not None:
-        return previous.get("candidate_timing", "warm")
+        return previous["candidate_timing"]
     return default_candidate_timing(target)
 
 

@@ -25,6 +25,7 @@ from relay_ext.tuning.progress import ProgressSnapshot
 RunnerLike = Union[str, ms.runner.Runner]
 StrategyLike = Union[str, ms.search_strategy.SearchStrategy]
 
+
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
     """The options of :func:`relay_ext.tuning.tune`.
@@ -46,9 +47,8 @@ class TuneOptions:
     MetaSchedule Builder (None: a local one with quantfuse's build options).
     ``candidate_timing``: ``"cold"``, each run after the candidate's weights and outputs were
     flushed from the caches, or ``"warm"`` (MetaSchedule's default;
-    :mod:`relay_ext.measure.candidate_timing`);
-    None: cold for a CPU target, warm for any other. It sets the evaluator of the local runner
-    or of a given runner that has one (an RPCRunner).
+    :mod:`relay_ext.measure.candidate_timing`); None: cold for a CPU target, warm for any other.
+    It sets the evaluator of the local runner or of a given runner that has one (an RPCRunner).
     ``measure_rule_designs_first``: before the search, measure each task's rule design
     (:mod:`relay_ext.tuning.rule_designs_first`), one trial of the budget each.
 

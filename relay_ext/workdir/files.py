@@ -237,7 +237,6 @@ class RunDescription:
         previous = recorded_run(work_dir)
         if previous is None:
             return
-        previous = {"candidate_timing": "warm", **previous}  # not recorded before it was an option
         different = [f"{k} {previous.get(k)!r} (now {v!r})" for k, v in now.items()
                      if k in previous and previous.get(k) != v]
         if different:
@@ -245,15 +244,17 @@ class RunDescription:
 
 
 def recorded_run(work_dir: PathLike) -> Optional[Dict]:
-    """What ``work_dir`` was tuned for (its run file), or None when nothing was tuned there yet."""
+    """What ``work_dir`` was tuned for (its run file), or None when nothing was tuned there yet.
+    A run file from before the candidate timing was recorded says warm: it was tuned so."""
     path = Path(work_dir) / RUN_FILE
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        run = json.loads(path.read_text())
     except ValueError:
         raise WorkDirError(f"{path} is not quantfuse's (not JSON); remove it or pick another "
                            "--work-dir") from None
+    return {"candidate_timing": "warm", **run} if isinstance(run, dict) else run
 
 
 def open_tuned_database(work_dir: PathLike):
