@@ -94,7 +94,8 @@ from tvm.tir.schedule import BlockRV, Schedule
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
 from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.cpu.amx_intrinsics import STRIDES, AMXConvShape, register_intrinsic, supported
+from meta_rules.cpu.amx_intrinsics import (REPACKED_BLOCK, STRIDES, AMXConvShape, register_intrinsic,
+                                           supported)
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,9 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if (n, oc_block, ic_s) != (1, 16, 4) or oc_chunks % OC_TILES:
         return None
     ic_block = ic_f * ic_s  # bytes of a data block: 64, or the stem's narrow one (folded taps)
-    if ic_block > TILE_BYTES or (ic_block < TILE_BYTES and ic_blocks != 1):
+    repack = (ic_block == REPACKED_BLOCK and kh == 1 and ic_blocks % (TILE_BYTES // ic_block) == 0
+              and ic_blocks > 1)  # a 1x1 conv of 16-channel blocks, read through a repacked copy
+    if ic_block > TILE_BYTES or (ic_block < TILE_BYTES and ic_blocks != 1 and not repack):
         return None
     if kh != kw:
         return None
@@ -145,10 +148,16 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if _static(data.shape[-1]) != ic_block or len(data.shape) != 5:
         return None
     stride = _read_stride(stmt, data)
-    if stride is None or not supported(kh, stride, ic_block) or _rows_for(width) < MIN_ROWS:
+    if stride is None or _rows_for(width) < MIN_ROWS:
         return None
-    return AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
-                        2 if height % 2 == 0 else 1, stride, kh, ic_block)
+    shape = AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
+                         2 if height % 2 == 0 else 1, stride, kh, ic_block)
+    if repack:
+        shape = dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
+                                    ic_block=TILE_BYTES, source_block=ic_block)
+        # each band of rows is repacked once for every channel pair: only with the rows outside
+        return shape if rows_outermost(shape) and supported(1, stride, TILE_BYTES, ic_block) else None
+    return shape if supported(kh, stride, ic_block) else None
 
 
 def _data_and_kernel(stmt: tir.Block) -> Tuple[Optional[tir.Buffer], Optional[tir.Buffer]]:
@@ -239,6 +248,9 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     from L1 by all rows rather than from L2 by each (a 7x7 conv of 512 channels re-reads its 2.3
     MB of weights 7 times otherwise). The accumulators go through memory once per chunk (the
     intrinsic loads and stores them anyway), and the epilogue runs per output-channel pair."""
+    if shape.repacked:
+        _schedule_repacked(sch, block, shape)
+        return
     n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
     occ_o, occ_i = sch.split(occ, [None, OC_TILES])
     if shape.row_block > 1:
@@ -280,6 +292,57 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     tensorized = sch.blockize(inner[0], preserve_unit_iters=chunk is None)
     sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
     sch.annotate(block, SCHEDULE_RULE_KEY, "None")  # the rules after this one leave it alone
+
+
+def _schedule_repacked(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> None:
+    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`): in parallel over bands of
+    ``MH`` output rows, each band first copies the input rows it reads into 64-channel blocks
+    (a local ``NCHW64c`` buffer, 16-byte vectors), then every channel pair and pixel block of the
+    band runs the intrinsic on that copy, its epilogue after it::
+
+        for fused in T.parallel(OH // MH):                         # n, row block
+            data_64c[...] = data[...]                             # the band, re-blocked
+            for occ_o, ow_o in T.grid(OC // 32, OW // R):
+                with T.block("conv2d_NCHWc_int8_o"): ...          # as for 64-channel input
+                epilogue
+
+    The copy is what Relay's layout transform before the conv did for the whole tensor (a task
+    of its own, and a pass over the input through memory); here it stays in the thread's cache."""
+    n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
+    occ_o, occ_i = sch.split(occ, [None, OC_TILES])
+    if shape.row_block > 1:
+        oh_o, oh_i = sch.split(oh, [None, shape.row_block])
+        inner = [oh_i, occ_i]
+    else:
+        oh_o, inner = oh, [occ_i]
+    ow_o, ow_i = sch.split(ow, [None, shape.rows])
+    sch.reorder(n, oh_o, occ_o, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
+    outer = sch.fuse(n, oh_o)
+    sch.parallel(outer)
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1:
+        sch.reverse_compute_at(consumers[0], ow_o)
+        sch.vectorize(sch.get_loops(consumers[0])[-1])
+        sch.annotate(consumers[0], SCHEDULE_RULE_KEY, "None")
+    per_tile = TILE_BYTES // shape.source_block
+    data_index = [i for i, region in enumerate(sch.get(block).reads)
+                  if len(region.buffer.shape) == 5][0]
+    copy = sch.cache_read(block, data_index, "global")
+    sch.transform_layout(copy, ("write", 0), lambda b, c, h, w, i: (
+        b, c // per_tile, h, w, c % per_tile * shape.source_block + i))
+    sch.compute_at(copy, outer)
+    loops = sch.get_loops(copy)
+    below = loops[[sch.get(loop) for loop in loops].index(sch.get(outer)) + 1:]
+    # the band's channel blocks, rows (gone where the band is one row), columns, 16 bytes
+    c_, *rows, w_, i_ = below
+    c_o, c_i = sch.split(c_, [None, per_tile])
+    sch.reorder(*rows, w_, c_o, c_i, i_)  # write the copy in order: a pixel's 64 channels together
+    sch.vectorize(i_)
+    sch.unroll(c_i)
+    sch.annotate(copy, SCHEDULE_RULE_KEY, "None")
+    tensorized = sch.blockize(inner[0], preserve_unit_iters=True)
+    sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
+    sch.annotate(block, SCHEDULE_RULE_KEY, "None")
 
 
 @derived_object

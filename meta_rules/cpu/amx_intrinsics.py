@@ -9,7 +9,11 @@ shape, named (the name is stored in tuning records: it never changes)::
 
 (``quantfuse_amx_conv<K>x<K>[s<stride>]c<bytes>_...`` for a narrow data block, the stem's: a
 data tile row then holds the K taps of a pixel row, K x ``bytes``, a weight tile K x ``bytes`` / 4
-rows, and the loop runs over kernel rows only.)
+rows, and the loop runs over kernel rows only. ``quantfuse_amx_conv1x1[s<stride>]b16_...`` for a
+1x1 conv whose input is in 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``): the rule
+copies each band of its input into 64-channel blocks inside the kernel, and the intrinsic reads
+that copy; its weight tiles are read from TOPI's layout as they are, since for a 1x1 kernel four
+16-channel weight blocks lie one after the other, 16 rows of 64 bytes as in ``OIHW16i16o4i``.)
 
 Its description is that block's computation; its implementation (``R`` rows per tile, ``2 * MH``
 accumulator tiles 0-3, ``MH`` data tiles 4-5, two weight tiles 6-7)::
@@ -52,9 +56,11 @@ from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, config_words, tile_co
 STRIDES = (1, 2)  # a tile row steps over stride * 64 bytes of data: any stride loads as one tile
 KERNELS = (3, 1)  # square kernel sizes; 3 keeps the first names (quantfuse_amx_conv3x3...)
 # the names AMXConvShape.intrinsic makes: kernel, stride (absent: 1), data block bytes (absent:
-# 64), row block, rows per tile, channel blocks
+# 64), the input's block where the kernel repacks it (absent: 64), row block, rows per tile,
+# channel blocks
 _INTRINSIC_NAME = re.compile(
-    r"quantfuse_amx_conv(\d+)x\1(?:s(\d+))?(?:c(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+    r"quantfuse_amx_conv(\d+)x\1(?:s(\d+))?(?:c(\d+))?(?:b(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+REPACKED_BLOCK = 16  # the input block a 1x1 conv may read and repack (TOPI's default NCHW16c)
 ACCUMULATOR_TILE, DATA_TILE, WEIGHT_TILE = 0, 4, 6  # first tile of each kind
 
 
@@ -71,6 +77,7 @@ class AMXConvShape:
     stride: int = 1  # the same in both directions
     kernel: int = 3  # K: the kernel is K x K (one of KERNELS, or any with folded taps)
     ic_block: int = TILE_BYTES  # input channels (bytes) per data block
+    source_block: int = TILE_BYTES  # per block of the input in memory: 16 where it is repacked
 
     @property
     def folded(self) -> bool:
@@ -79,19 +86,35 @@ class AMXConvShape:
         return self.ic_block < TILE_BYTES
 
     @property
+    def repacked(self) -> bool:
+        """A 1x1 conv whose input is in narrower blocks (:data:`REPACKED_BLOCK`), copied into
+        64-channel blocks inside the kernel, band by band, for the data tiles."""
+        return self.source_block < self.ic_block
+
+    @property
+    def source_blocks(self) -> int:
+        """The input's channel blocks as they are in memory (and in the weights' layout)."""
+        return self.ic_blocks * self.ic_block // self.source_block if self.repacked \
+            else self.ic_blocks
+
+    @property
     def intrinsic(self) -> str:
         stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
         block = f"c{self.ic_block}" if self.folded else ""
-        return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}{block}_m{self.row_block}"
-                f"_r{self.rows}_k{self.ic_blocks}")
+        source = f"b{self.source_block}" if self.repacked else ""
+        return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}{block}{source}"
+                f"_m{self.row_block}_r{self.rows}_k{self.ic_blocks}")
 
 
-def supported(kernel: int, stride: int, ic_block: int) -> bool:
+def supported(kernel: int, stride: int, ic_block: int, source_block: int = TILE_BYTES) -> bool:
     """Whether the intrinsics cover a K x K conv of this stride and data block: 64-byte blocks
-    with a kernel of :data:`KERNELS`, or a narrower block (a multiple of 4 bytes) whose K taps
-    fit one tile row (K x block <= 64 bytes, K > 1: the stem)."""
+    with a kernel of :data:`KERNELS` (a 1x1 kernel also from an input in 16-byte blocks,
+    repacked), or a narrower block (a multiple of 4 bytes) whose K taps fit one tile row
+    (K x block <= 64 bytes, K > 1: the stem)."""
     if stride not in STRIDES:
         return False
+    if source_block != TILE_BYTES:
+        return source_block == REPACKED_BLOCK and ic_block == TILE_BYTES and kernel == 1
     if ic_block == TILE_BYTES:
         return kernel in KERNELS
     return ic_block % 4 == 0 and kernel > 1 and kernel * ic_block <= TILE_BYTES
@@ -135,10 +158,15 @@ class _Buffers:
         if shape.folded:  # a tile row runs over K pixels and a weight tile over K taps: both dense
             self.sa[3] = block
             sb[3] = block // 4 * 64
+        # the weights' blocks: 64 channels, or (repacked) the input's 16, four to a weight tile
+        self.source_block = shape.source_block if shape.repacked else block
+        self.weight_blocks = shape.source_blocks
+        if shape.repacked:  # the 16 rows of a tile: four blocks of 4, one after the other
+            sb[1] = shape.source_block // 4 * 64
         self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, block), "uint8",
                                 offset_factor=1, strides=[*self.sa, 1])
-        self.B = T.match_buffer(b, (2, kb, k, k, block // 4, 16, 4), "int8", offset_factor=1,
-                                strides=[*sb, 64, 4, 1])
+        self.B = T.match_buffer(b, (2, self.weight_blocks, k, k, self.source_block // 4, 16, 4),
+                                "int8", offset_factor=1, strides=[*sb, 64, 4, 1])
         self.C = T.match_buffer(c, (1, 2, mh, r, 16), "int32", offset_factor=1,
                                 strides=[*sc, 16, 1])
         self.mh, self.r, self.kb, self.s, self.k = mh, r, kb, s, k
@@ -149,7 +177,7 @@ class _Buffers:
         mh, r, kb, k, block = self.mh, self.r, self.kb, self.k, self.ic_block
         T.reads(self.C[0, 0:2, 0:mh, 0:r, 0:16],
                 self.A[0, 0:kb, 0:self.a_rows, 0:self.a_cols, 0:block],
-                self.B[0:2, 0:kb, 0:k, 0:k, 0:block // 4, 0:16, 0:4])
+                self.B[0:2, 0:self.weight_blocks, 0:k, 0:k, 0:self.source_block // 4, 0:16, 0:4])
         T.writes(self.C[0, 0:2, 0:mh, 0:r, 0:16])
 
 
@@ -168,9 +196,11 @@ def _prim_func(shape: AMXConvShape, body) -> tir.PrimFunc:
 def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
     """What one block computes: ``C += A * B`` over the block's K x K taps and 64-channel blocks."""
     def body(buf: _Buffers) -> None:
+        # the reduction over the weights' blocks (the input's, before a repack)
         loops = ([("oh", buf.mh)] if buf.mh > 1 else []) + [
             ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", buf.k), ("kw", buf.k),
-            ("ico", buf.kb), ("icf", buf.ic_block // 4), ("ics", 4)]
+            ("ico", buf.weight_blocks), ("icf", buf.source_block // 4), ("ics", 4)]
+        per_tile = buf.ic_block // buf.source_block  # weight blocks per data tile row: 1 or 4
         extents = dict(loops)
         with T.grid(*(extent for _, extent in loops)) as loop_vars:
             loop = dict(zip((name for name, _ in loops), loop_vars))
@@ -184,8 +214,14 @@ def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
                 oh, ico, s = v.get("oh", 0), v.get("ico", 0), buf.s
                 kh, kw, icf = v.get("kh", 0), v.get("kw", 0), v.get("icf", 0)
                 out = [0, v["occ"], oh, v["ow"], v["ocb"]]
-                product = (T.Cast("int32", buf.A[0, ico, oh * s + kh, v["ow"] * s + kw,
-                                                 icf * 4 + v["ics"]])
+                channel = icf * 4 + v["ics"]
+                if per_tile > 1:  # the repacked copy: 16-channel block ico is a quarter of one
+                    channel = ico % per_tile * buf.source_block + channel
+                    ico_a = ico // per_tile
+                else:
+                    ico_a = ico
+                product = (T.Cast("int32", buf.A[0, ico_a, oh * s + kh, v["ow"] * s + kw,
+                                                 channel])
                            * T.Cast("int32", buf.B[v["occ"], ico, kh, kw, icf,
                                                    v["ocb"], v["ics"]]))
                 T.buffer_store(buf.C, buf.C[tuple(out)] + product, out)
@@ -226,9 +262,11 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
                     _call("tileloadd64", T.uint8(DATA_TILE + m),
                           T.address_of(buf.A[0, kb, kh + buf.s * m, kw, 0]),
                           T.Cast("int64", buf.sa[3] * buf.s))
+                per_tile = buf.ic_block // buf.source_block
                 for n in range(OC_TILES):
                     _call("tileloadd64", T.uint8(WEIGHT_TILE + n),
-                          T.address_of(buf.B[n, kb, kh, kw, 0, 0, 0]), T.int64(TILE_BYTES))
+                          T.address_of(buf.B[n, kb * per_tile, kh, kw, 0, 0, 0]),
+                          T.int64(TILE_BYTES))
                 for m, n in accumulators:
                     _call("tdpbusd", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
                           T.uint8(DATA_TILE + m), T.uint8(WEIGHT_TILE + n))
@@ -255,11 +293,12 @@ def shape_of_intrinsic(name: str) -> Optional[AMXConvShape]:
     match = _INTRINSIC_NAME.fullmatch(name)
     if match is None:
         return None
-    kernel, stride, block, mh, r, kb = (int(group) if group else default for group, default in
-                                        zip(match.groups(), (1, 1, TILE_BYTES, 1, 1, 1)))
-    if not supported(kernel, stride, block):
+    kernel, stride, block, source, mh, r, kb = (
+        int(group) if group else default for group, default in
+        zip(match.groups(), (1, 1, TILE_BYTES, TILE_BYTES, 1, 1, 1)))
+    if not supported(kernel, stride, block, source):
         return None
-    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel, block)
+    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel, block, source)
 
 
 def register_intrinsic_by_name(name: str) -> bool:

@@ -54,7 +54,11 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     ({"stride": 3}, False),
     ({"kernel": 1}, True),
     ({"kernel": 1, "stride": 2}, True),
-    ({"kernel": 1, "ic_block": 16}, False),
+    # a 1x1 conv of 16-channel blocks: repacked inside the kernel, with bands of rows in parallel
+    ({"kernel": 1, "ic_block": 16}, True),
+    ({"kernel": 1, "ic_block": 16, "stride": 2, "height": 16}, True),
+    ({"channels": 256, "height": 7, "kernel": 1, "ic_block": 16}, False),  # weights outweigh input
+    ({"channels": 32, "kernel": 1, "ic_block": 16, "out_channels": 32}, False),  # half a tile row
     ({"kernel": 5}, False),
     # one narrow data block (the stem): the K taps of a pixel row fill a tile row
     ({"channels": 4, "ic_block": 4, "kernel": 7, "stride": 2, "out_channels": 64}, True),
@@ -217,6 +221,47 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
     assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel)
 
 
+@pytest.mark.parametrize("channels,out_channels,height,stride", [
+    (64, 64, 8, 1), (128, 256, 16, 1), (64, 64, 9, 1), (64, 128, 16, 2), (256, 64, 28, 1)])
+def test_the_repacked_1x1_conv_matches_numpy_on_an_amx_host(channels, out_channels, height, stride):
+    """A 1x1 conv of 16-channel input blocks: each band of rows copied into 64-channel blocks
+    inside the kernel (a height of 9: bands of one row; stride 2: the band's rows at stride 2)."""
+    mod = conv_module(channels, height, ic_block=16, stride=stride, kernel=1,
+                      out_channels=out_channels)
+    context, spaces = design_spaces(mod, AMX)
+    marks = [amx_tensorizes(sch) for sch in spaces]
+    strided = "s2" if stride == 2 else ""
+    amx = [i for i, mark in enumerate(marks) if mark]  # a strided conv gets the others' designs too
+    assert len(amx) == 1 and (len(marks) == 1) == (stride == 1) and re.fullmatch(
+        rf"quantfuse_amx_conv1x1{strided}b16_m\d_r\d+_k{channels // 64}", marks[amx[0]][0]), marks
+    sch = spaces[amx[0]].copy()
+    for postproc in context.space_generator.postprocs:
+        assert postproc.apply(sch), str(postproc)
+    assert "data_global" in sch.mod["main"].script()  # the band's copy into 64-channel blocks
+    if not request_amx_tile_data():
+        pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
+                    "AMX code cannot run here")
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 256, (1, channels // 16, height, height, 16), dtype=np.uint8)
+    weight = rng.integers(-128, 128, (out_channels // 16, channels // 16, 1, 1, 4, 16, 4),
+                          dtype=np.int8)
+    assert_every_design_matches_numpy(context, spaces, data, weight, stride, 1)
+
+
+def test_the_repacked_intrinsic_reads_four_16_channel_weight_blocks_as_one_tile():
+    assert register_intrinsic_by_name("quantfuse_amx_conv1x1b16_m2_r14_k4")
+    assert register_intrinsic_by_name("quantfuse_amx_conv1x1s2b16_m1_r7_k2")
+    assert not register_intrinsic_by_name("quantfuse_amx_conv3x3b16_m2_r14_k4")  # 1x1 only
+    assert not register_intrinsic_by_name("quantfuse_amx_conv1x1b32_m2_r14_k4")
+    intrin = tir.TensorIntrin.get("quantfuse_amx_conv1x1b16_m2_r14_k4")
+    weights = [buffer for buffer in intrin.desc.buffer_map.values() if buffer.dtype == "int8"]
+    assert [int(d) for d in weights[0].shape] == [2, 16, 1, 1, 4, 16, 4]
+    # per 64 channels: 2 data tiles and 2 weight tiles, the weights' 16 rows 64 bytes apart
+    # across four 16-channel blocks; 4 accumulator tiles loaded once
+    text = intrin.impl.script()
+    assert text.count("tileloadd64") == 4 + 2 + 2
+
+
 @pytest.mark.parametrize("channels,out_channels,height,stride,kernel", [
     (4, 64, 39, 2, 7), (4, 32, 16, 2, 3), (16, 32, 14, 1, 3), (8, 32, 9, 1, 5)])
 def test_the_stems_folded_taps_match_numpy_on_an_amx_host(channels, out_channels, height, stride,
@@ -261,9 +306,13 @@ def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the
     assert conv_layouts(relay_conv(64, 64), AMX) == [("NCHW64c", "OIHW16i16o4i")]
     assert conv_layouts(relay_conv(64, 64), VNNI) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW64c", "OIHW16i16o4i")]
-    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    # a 1x1 conv whose rows go in parallel reads 16-channel blocks (repacked inside its kernel)
+    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
+    assert conv_layouts(relay_conv(128, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, kernel=1, stride=2), AMX) == [
-        ("NCHW64c", "OIHW16i16o4i")]
+        ("NCHW16c", "OIHW4i16o4i")]
+    # ... and one whose weights outweigh its input, 64-channel blocks (a copy before it)
+    assert conv_layouts(relay_conv(64, 512, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
     assert conv_layouts(relay_conv(64, 64, kernel=5), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
 
