@@ -48,6 +48,12 @@ every row from L1::
                 ...
         epilogue (all rows of the pair)
 
+A 1x1 conv whose input is in TOPI's 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``:
+what the layout pass leaves a 1x1 conv whose rows go in parallel) is taken too: each band of rows
+is copied into 64-channel blocks inside the kernel, then computed as above from the copy
+(:func:`_schedule_repacked`, intrinsics ``quantfuse_amx_conv1x1b16_...``); no layout transform
+runs before the conv.
+
 The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
 64 channels for a tile row; its taps fill the row instead. For one kernel row ``kh``, the K taps
 of output pixel ``ow`` read ``data[.., oh * S + kh, ow * S + kw, 0:4]`` for kw in 0..K-1: K x 4
@@ -67,7 +73,7 @@ The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
 The rule only touches a block that has exactly that shape (3x3 or 1x1 with 64-channel data
-blocks, or the stem's one narrow block; uint8 x int8 -> int32, 16-channel output blocks, an even
+blocks, a 1x1 with 16-channel ones whose rows go in parallel, or the stem's one narrow block; uint8 x int8 -> int32, 16-channel output blocks, an even
 number of them; stride 1, or 2: the data tile's rows are then 128 bytes apart, and the block
 stays open to the other rules too), and
 only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
@@ -227,7 +233,7 @@ def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
     design reads them from L1 already, and the chunks' round trips of the accumulators through
     memory (the whole output of a pair per chunk) only cost (1x1 convs at 56x56 ran 3x slower
     in chunks, docs/cpu.md)."""
-    if pair_weight_bytes(shape) <= L1_WEIGHT_BYTES:
+    if pair_weight_bytes(shape) <= L1_WEIGHT_BYTES or shape.repacked:  # (its loop is per band)
         return None
     chunks = [d for d in (1, 2) if d < shape.ic_blocks and shape.ic_blocks % d == 0]
     return max(chunks) if chunks else None
@@ -248,9 +254,6 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     from L1 by all rows rather than from L2 by each (a 7x7 conv of 512 channels re-reads its 2.3
     MB of weights 7 times otherwise). The accumulators go through memory once per chunk (the
     intrinsic loads and stores them anyway), and the epilogue runs per output-channel pair."""
-    if shape.repacked:
-        _schedule_repacked(sch, block, shape)
-        return
     n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
     occ_o, occ_i = sch.split(occ, [None, OC_TILES])
     if shape.row_block > 1:
@@ -262,7 +265,8 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     if chunk is None:
         first, second = (oh_o, occ_o) if rows_outermost(shape) else (occ_o, oh_o)
         sch.reorder(n, first, second, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
-        outer = sch.fuse(n, first, second)
+        # a repacked input: in parallel over bands of rows only, each copied once (_repack_bands)
+        outer = sch.fuse(n, first) if shape.repacked else sch.fuse(n, first, second)
         epilogue_at = ow_o
     else:
         ico_o, ico_i = sch.split(ico, [None, chunk])
@@ -282,6 +286,8 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
             sch.parallel(sch.fuse(*loops[:3]))
             sch.vectorize(loops[-1])
             sch.annotate(producer, SCHEDULE_RULE_KEY, "None")
+    if shape.repacked:
+        _repack_bands(sch, block, shape, outer)
     # The block is marked, not tensorized yet: TensorizeAMXConv (a postproc placed after
     # RewriteParallelVectorizeUnroll and RewriteReductionBlock) decomposes its reduction and
     # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
@@ -294,11 +300,11 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     sch.annotate(block, SCHEDULE_RULE_KEY, "None")  # the rules after this one leave it alone
 
 
-def _schedule_repacked(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> None:
-    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`): in parallel over bands of
-    ``MH`` output rows, each band first copies the input rows it reads into 64-channel blocks
-    (a local ``NCHW64c`` buffer, 16-byte vectors), then every channel pair and pixel block of the
-    band runs the intrinsic on that copy, its epilogue after it::
+def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape, outer) -> None:
+    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`), its parallel loop
+    ``outer`` over bands of ``MH`` output rows only: each band first copies the input rows it
+    reads into 64-channel blocks (a local ``NCHW64c`` buffer, 16-byte vectors), then every channel
+    pair and pixel block of the band runs the intrinsic on that copy, its epilogue after it::
 
         for fused in T.parallel(OH // MH):                         # n, row block
             data_64c[...] = data[...]                             # the band, re-blocked
@@ -306,24 +312,7 @@ def _schedule_repacked(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> No
                 with T.block("conv2d_NCHWc_int8_o"): ...          # as for 64-channel input
                 epilogue
 
-    The copy is what Relay's layout transform before the conv did for the whole tensor (a task
-    of its own, and a pass over the input through memory); here it stays in the thread's cache."""
-    n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
-    occ_o, occ_i = sch.split(occ, [None, OC_TILES])
-    if shape.row_block > 1:
-        oh_o, oh_i = sch.split(oh, [None, shape.row_block])
-        inner = [oh_i, occ_i]
-    else:
-        oh_o, inner = oh, [occ_i]
-    ow_o, ow_i = sch.split(ow, [None, shape.rows])
-    sch.reorder(n, oh_o, occ_o, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
-    outer = sch.fuse(n, oh_o)
-    sch.parallel(outer)
-    consumers = sch.get_consumers(block)
-    if len(consumers) == 1:
-        sch.reverse_compute_at(consumers[0], ow_o)
-        sch.vectorize(sch.get_loops(consumers[0])[-1])
-        sch.annotate(consumers[0], SCHEDULE_RULE_KEY, "None")
+    (what Relay's layout transform, a task of its own, did for the whole input before)."""
     per_tile = TILE_BYTES // shape.source_block
     data_index = [i for i, region in enumerate(sch.get(block).reads)
                   if len(region.buffer.shape) == 5][0]
@@ -340,9 +329,6 @@ def _schedule_repacked(sch: Schedule, block: BlockRV, shape: AMXConvShape) -> No
     sch.vectorize(i_)
     sch.unroll(c_i)
     sch.annotate(copy, SCHEDULE_RULE_KEY, "None")
-    tensorized = sch.blockize(inner[0], preserve_unit_iters=True)
-    sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
-    sch.annotate(block, SCHEDULE_RULE_KEY, "None")
 
 
 @derived_object
