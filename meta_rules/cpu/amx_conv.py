@@ -51,7 +51,7 @@ every row from L1::
 A 1x1 conv whose input is in TOPI's 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``:
 what the layout pass leaves a 1x1 conv whose rows go in parallel) is taken too: each band of rows
 is copied into 64-channel blocks inside the kernel, then computed as above from the copy
-(:func:`_schedule_repacked`, intrinsics ``quantfuse_amx_conv1x1b16_...``); no layout transform
+(:func:`_repack_bands`, intrinsics ``quantfuse_amx_conv1x1b16_...``); no layout transform
 runs before the conv.
 
 The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
@@ -73,9 +73,9 @@ The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
 The rule only touches a block that has exactly that shape (3x3 or 1x1 with 64-channel data
-blocks, a 1x1 with 16-channel ones whose rows go in parallel, or the stem's one narrow block; uint8 x int8 -> int32, 16-channel output blocks, an even
-number of them; stride 1, or 2: the data tile's rows are then 128 bytes apart, and the block
-stays open to the other rules too), and
+blocks, a 1x1 with 16-channel ones whose rows go in parallel, or the stem's one narrow block;
+uint8 x int8 -> int32, 16-channel output blocks, an even number of them; stride 1, or 2: the
+data tile's rows are then 128 bytes apart, and the block stays open to the other rules too), and
 only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
 left as it came, for the rules after it. Code from it runs only in a process that holds the
 kernel's permission for AMX tile data (``relay_ext.lowering.x86.amx``): the tile configuration
@@ -162,7 +162,8 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
         shape = dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
                                     ic_block=TILE_BYTES, source_block=ic_block)
         # each band of rows is repacked once for every channel pair: only with the rows outside
-        return shape if rows_outermost(shape) and supported(1, stride, TILE_BYTES, ic_block) else None
+        repackable = rows_outermost(shape) and supported(1, stride, TILE_BYTES, ic_block)
+        return shape if repackable else None
     return shape if supported(kh, stride, ic_block) else None
 
 

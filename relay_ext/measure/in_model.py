@@ -66,9 +66,14 @@ class _Function(NamedTuple):
         return tvm.ir.structural_hash(self.untyped, map_free_vars=True)
 
     def alike(self, other: "_Function") -> bool:
-        """The same ops on parameters of any type, with the same result type."""
-        return (tvm.ir.structural_equal(self.untyped, other.untyped, map_free_vars=True)
-                and tvm.ir.structural_equal(self.result, other.result))
+        """The same ops, with the same result type, on parameters of the same types but one (a
+        weight whose layout the build rewrote)."""
+        if not (tvm.ir.structural_equal(self.untyped, other.untyped, map_free_vars=True)
+                and tvm.ir.structural_equal(self.result, other.result)):
+            return False
+        differ = [not tvm.ir.structural_equal(mine.type_annotation, theirs.type_annotation)
+                  for mine, theirs in zip(self.typed.params, other.typed.params)]
+        return sum(differ) <= 1
 
     def same(self, other: "_Function") -> bool:
         return tvm.ir.structural_equal(self.typed, other.typed, map_free_vars=True)
@@ -78,8 +83,8 @@ def kernel_tasks(lib: tvm.runtime.Module, tasks: Sequence[ms.ExtractedTask]) -> 
     """Kernel name (:func:`kernel_name` of a built model's function) -> the name of the task of
     ``tasks`` it runs: the task whose fused Relay function is the kernel's (the build keeps each
     kernel's Relay function in ``lib.function_metadata``), else, where the build rewrote a
-    weight's layout, the one task with the same ops on parameters of any type and the same output
-    type. A kernel no task matches (a build of another module; a kernel of a module loaded from a
+    weight's layout, the one task with the same ops and output type on parameters of the same
+    types but one. A kernel no task matches (a build of another module; a kernel of a module loaded from a
     file, which keeps no metadata) is left out."""
     by_key: Dict[int, List[Tuple[str, _Function]]] = collections.defaultdict(list)
     for task in tasks:

@@ -9,8 +9,10 @@ of TOPI's fallback configuration (``_get_default_config_int8``): 16 input channe
 :func:`install` wraps that fallback configuration in TOPI's layout pass: for a target whose LLVM
 features include ``amx-tile`` and ``amx-int8``, a conv the AMX rule can take (3x3 or 1x1, stride 1
 or 2, dilation 1, one group, input channels a multiple of 64, output channels of 32) gets
-64-channel input blocks and 16-channel output blocks; every other conv, and every conv of any
-other target, keeps TOPI's choice. Relay inserts the layout transforms between convs of
+64-channel input blocks and 16-channel output blocks, except a 1x1 conv whose rows go in
+parallel, which keeps 16-channel input blocks: the AMX rule repacks them band by band inside its
+kernel (:func:`reads_16_channel_blocks`); every other conv, and every conv of any other target,
+keeps TOPI's choice. Relay inserts the layout transforms between convs of
 different blocks.
 
 It also keeps TOPI's own AMX code out of such a target: TOPI's x86 ``dense`` and
@@ -55,8 +57,8 @@ def reads_16_channel_blocks(in_channels: int, out_channels: int, kernel: tuple, 
     whose parallel loop takes bands of rows (:func:`meta_rules.cpu.amx_conv.rows_outermost`:
     the input outweighs the weights). Each band is then copied once, by the thread that
     computes it, and the layout transform (a task of its own) is gone. Whole models, no-search
-    builds with and without, outputs identical (docs/cpu.md): ResNet-50 0.97x, MobileNetV2
-    0.93x, ResNet-18 0.99x."""
+    builds with and without, outputs identical (docs/cpu.md): ResNet-50 0.98x for the widening
+    1x1 convs, then 0.97x for the rest, MobileNetV2 0.93x, ResNet-18 0.99x."""
     if tuple(kernel) != (1, 1):
         return False
     height, width = out_size
@@ -67,7 +69,8 @@ def reads_16_channel_blocks(in_channels: int, out_channels: int, kernel: tuple, 
 
 def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,
                          is_depthwise=False, layout="NCHW", int32_lanes=4):
-    """TOPI's fallback configuration, then 64-channel input blocks for an AMX-eligible conv."""
+    """TOPI's fallback configuration, then 64-channel input blocks for an AMX-eligible conv (16
+    for one the AMX rule repacks, :func:`reads_16_channel_blocks`) and 16-channel output blocks."""
     from tvm.autotvm.task.space import SplitEntity  # pylint: disable=import-outside-toplevel
 
     _topi_default_config(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,

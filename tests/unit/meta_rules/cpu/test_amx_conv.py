@@ -238,6 +238,9 @@ def test_the_repacked_1x1_conv_matches_numpy_on_an_amx_host(channels, out_channe
     for postproc in context.space_generator.postprocs:
         assert postproc.apply(sch), str(postproc)
     assert "data_global" in sch.mod["main"].script()  # the band's copy into 64-channel blocks
+    replayed = tir.Schedule(mod)  # a tuning record of it replays, as the database loads it
+    tir.schedule.Trace.apply_json_to_schedule(sch.trace.as_json(), replayed)
+    assert tvm.ir.structural_equal(replayed.mod, sch.mod)
     if not request_amx_tile_data():
         pytest.skip("this host's OS does not enable AMX int8 or the kernel grants no tile data: "
                     "AMX code cannot run here")

@@ -8,7 +8,7 @@ from relay_ext.frontend.models import load
 from relay_ext.lowering.relay_build import compile_with
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
-from relay_ext.measure.in_model import kernel_tasks
+from relay_ext.measure.in_model import _Function, kernel_tasks
 
 # TVM's VNNI layout: ResNet-18's strided 1x1 convs are named in one order by the task extraction
 # and in another by the build (built here, never run: any x86 host compiles it)
@@ -58,3 +58,18 @@ def test_a_kernel_of_another_model_matches_no_task(tiny):
     mlp = load("mlp")
     other = compile_with(ms.database.MemoryDatabase(), mlp.mod, mlp.params, target, "ours")
     assert kernel_tasks(other, tasks) == {}
+
+
+def _add(x_shape, w_shape):
+    x, w = tvm.relay.var("x", shape=x_shape), tvm.relay.var("w", shape=w_shape)
+    mod = tvm.relay.transform.InferType()(tvm.IRModule.from_expr(tvm.relay.Function([x, w], x + w)))
+    return _Function.of(mod["main"])
+
+
+def test_a_kernel_is_alike_a_task_with_one_parameter_of_another_type_only():
+    """One parameter of another type: a weight whose layout the build rewrote. Every parameter of
+    another type, the same ops and result: another function (another model's dense, padded)."""
+    task = _add((1, 16), (1, 16))
+    assert task.alike(_add((1, 16), (16,)))  # the weight's layout differs, the same (1, 16) sum
+    assert not task.alike(_add((16,), (16,)))  # a (16,) result
+    assert not _add((1, 16), (16,)).alike(_add((16,), (1, 16)))  # both parameters differ
