@@ -21,7 +21,10 @@ dropped before anything reads them. It is made only:
 * for an llvm target with AVX-512 VNNI (``avx512vnni``: the AVX-512 VNNI and AMX hosts), where
   ``dense_int8`` multiplies with ``vpdpbusd``;
 * for a ``qnn.dense`` of 2-D data whose units are not a multiple of 16 and whose reduction is a
-  multiple of 4 (``dense_int8``'s other condition).
+  multiple of 4 (``dense_int8``'s other condition);
+* for a dense of at least :data:`MIN_WEIGHTS` weights: the slice after it is a kernel of its own
+  (Relay fuses the dense's epilogue into it, not into the dense), a few microseconds, as much as
+  VNNI saves on a small dense (the built-in MLP's 256 -> 10 layer; not measured).
 
 It wraps whatever QNN's ``cpu`` dense legalization is when installed (TVM's, or
 :mod:`.saturation_free_int8`'s) and hands it the padded dense.
@@ -42,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 UNITS_BLOCK = 16  # dense_int8's output block (NC16n4c)
 REDUCTION_BLOCK = 4  # and its reduction block: four bytes per vpdpbusd lane
+MIN_WEIGHTS = 1 << 16  # ResNet-18's classifier has 512 x 1000
 
 _installed: dict[str, Callable[..., Any]] = {}
 
@@ -51,7 +55,8 @@ def pads_units(target: Optional[Target], data_shape: tuple, units: int, reductio
     padded to a multiple of 16 for ``target``."""
     if target is None or target.kind.name != "llvm" or len(data_shape) != 2:
         return False
-    if units % UNITS_BLOCK == 0 or reduction % REDUCTION_BLOCK != 0:
+    if (units % UNITS_BLOCK == 0 or reduction % REDUCTION_BLOCK != 0
+            or units * reduction < MIN_WEIGHTS):
         return False
     try:
         return bool(target_has_features("avx512vnni", target))

@@ -20,15 +20,16 @@ VNNI = "llvm -mcpu=cascadelake"
 
 
 @pytest.mark.parametrize("target, data_shape, units, reduction, pads", [
-    (VNNI, (1, 64), 1000, 64, True),
-    (VNNI, (4, 64), 40, 64, True),
-    (VNNI, (1, 64), 1008, 64, False),     # already a multiple of 16
-    (VNNI, (1, 66), 1000, 66, False),     # dense_int8 wants the reduction in fours too
-    (VNNI, (1, 2, 64), 1000, 64, False),  # 3-D data: TOPI's layout pass takes 2-D only
-    (AVX2, (1, 64), 1000, 64, False),     # no VNNI: no dense_int8 to gain
-    ("llvm -mcpu=cascadelake -mattr=-avx512vnni", (1, 64), 1000, 64, False),
-    ("cuda", (1, 64), 1000, 64, False),
-    (None, (1, 64), 1000, 64, False),
+    (VNNI, (1, 512), 1000, 512, True),
+    (VNNI, (4, 2048), 40, 2048, True),
+    (VNNI, (1, 512), 1008, 512, False),    # already a multiple of 16
+    (VNNI, (1, 514), 1000, 514, False),    # dense_int8 wants the reduction in fours too
+    (VNNI, (1, 2, 512), 1000, 512, False),  # 3-D data: TOPI's layout pass takes 2-D only
+    (VNNI, (1, 256), 10, 256, False),      # too small to pay for the slice's kernel
+    (AVX2, (1, 512), 1000, 512, False),    # no VNNI: no dense_int8 to gain
+    ("llvm -mcpu=cascadelake -mattr=-avx512vnni", (1, 512), 1000, 512, False),
+    ("cuda", (1, 512), 1000, 512, False),
+    (None, (1, 512), 1000, 512, False),
 ])
 def test_which_dense_layers_are_padded(target, data_shape, units, reduction, pads):
     target = tvm.target.Target(target) if target else None
@@ -39,7 +40,7 @@ def test_padded_units_is_the_next_multiple_of_16():
     assert [padding.padded_units(n) for n in (1, 16, 17, 1000, 1008)] == [16, 16, 32, 1008, 1008]
 
 
-def _dense(units=40, reduction=64, batch=2, data_dtype="uint8", per_channel=True, zero_points=(3, 0),
+def _dense(units=40, reduction=2048, batch=2, data_dtype="uint8", per_channel=True, zero_points=(3, 0),
            weight=None):
     generator = np.random.default_rng(0)
     info = np.iinfo(data_dtype)
@@ -77,7 +78,7 @@ def test_a_vnni_target_gets_the_padded_dense_and_a_slice_after_it():
     mod, _, _, _ = _dense()
     legal = _legalized(mod, VNNI)
     (dense,) = _calls(legal, "qnn.dense")
-    assert [int(d) for d in dense.args[1].checked_type.shape] == [48, 64]
+    assert [int(d) for d in dense.args[1].checked_type.shape] == [48, 2048]
     assert [int(d) for d in dense.args[3].checked_type.shape] == [48]  # per-channel zero points
     assert [int(d) for d in dense.args[5].checked_type.shape] == [48]  # and scales
     assert np.all(dense.args[1].data.numpy()[40:] == 0)
@@ -99,7 +100,7 @@ def test_an_avx2_target_keeps_the_dense_as_it_is():
     dict(),                                              # uint8 x int8, per-channel scales
     dict(per_channel=False, zero_points=(3, 5)),         # scalar scale and weight zero point
     dict(data_dtype="int8", zero_points=(-5, 0)),        # int8 data: TVM shifts it to uint8 first
-    dict(units=1000, reduction=128, batch=1),            # a classifier's shape
+    dict(units=1000, reduction=512, batch=1),            # a classifier's shape
 ])
 def test_the_padded_dense_is_exact(case):
     mod, data, _, expected = _dense(**case)
@@ -111,7 +112,7 @@ def test_the_padded_dense_is_exact(case):
 @pytest.mark.skipif(bool(targets.missing_features(VNNI)),
                     reason=f"this host's OS does not enable {targets.missing_features(VNNI)} ({VNNI})")
 def test_weights_bound_as_parameters_are_padded_too():
-    weight = relay.var("weight", shape=(40, 64), dtype="int8")
+    weight = relay.var("weight", shape=(40, 2048), dtype="int8")
     mod, data, weights, expected = _dense(weight=weight)
     assert _calls(_legalized(mod, VNNI), "nn.pad")
     built = compile(mod, {"weight": weights}, VNNI, schedule="default")
@@ -124,10 +125,10 @@ def test_task_extraction_sees_the_vnni_dense():
     from tvm import meta_schedule as ms
 
     x86_codegen.install()
-    mod, _, _, _ = _dense(units=1000, reduction=128, batch=1)
+    mod, _, _, _ = _dense(units=1000, reduction=512, batch=1)
     with tvm.transform.PassContext(opt_level=3):
         tasks = ms.relay_integration.extract_tasks(mod, tvm.target.Target(f"{VNNI} -num-cores 2"), {})
     (dense,) = [task for task in tasks if "dense" in task.task_name]
     main = dense.dispatched[0]["main"]
     weights = [buffer for buffer in main.buffer_map.values() if buffer.dtype == "int8"]
-    assert [[int(d) for d in b.shape] for b in weights] == [[63, 32, 16, 4]]
+    assert [[int(d) for d in b.shape] for b in weights] == [[63, 128, 16, 4]]
