@@ -100,8 +100,8 @@ from tvm.tir.schedule import BlockRV, Schedule
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
 from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.cpu.amx_intrinsics import (REPACKED_BLOCK, STRIDES, AMXConvShape, register_intrinsic,
-                                           supported)
+from meta_rules.cpu.amx_intrinsics import (REPACKED_BLOCK, STRIDES, AMXConvShape,
+                                           register_intrinsic, supported)
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)

@@ -84,8 +84,8 @@ def kernel_tasks(lib: tvm.runtime.Module, tasks: Sequence[ms.ExtractedTask]) -> 
     ``tasks`` it runs: the task whose fused Relay function is the kernel's (the build keeps each
     kernel's Relay function in ``lib.function_metadata``), else, where the build rewrote a
     weight's layout, the one task with the same ops and output type on parameters of the same
-    types but one. A kernel no task matches (a build of another module; a kernel of a module loaded from a
-    file, which keeps no metadata) is left out."""
+    types but one. A kernel no task matches (a build of another module; a kernel of a module
+    loaded from a file, which keeps no metadata) is left out."""
     by_key: Dict[int, List[Tuple[str, _Function]]] = collections.defaultdict(list)
     for task in tasks:
         (_, func), = task.mod.functions.items()

@@ -69,7 +69,8 @@ def padded_units(units: int) -> int:
     return -(-units // UNITS_BLOCK) * UNITS_BLOCK
 
 
-def _pad_rows(expr: relay.Expr, tensor_type: relay.TensorType, rows: int, value: float) -> relay.Expr:
+def _pad_rows(expr: relay.Expr, tensor_type: relay.TensorType, rows: int,
+              value: float) -> relay.Expr:
     """``expr`` (weights or a per-channel vector) with ``rows`` more rows of ``value``: in numpy
     for a constant, with ``nn.pad`` (which constant folding folds) otherwise."""
     widths = [(0, rows)] + [(0, 0)] * (len(tensor_type.shape) - 1)
@@ -100,7 +101,7 @@ def _padded(attrs, inputs, types, inner: Callable[..., Any]) -> Optional[relay.E
         weight_scale = _pad_rows(weight_scale, types[5], extra, 1.0)
         new_types[5] = relay.TensorType((units + extra,), types[5].dtype)
     out_type = types[6]
-    new_types[6] = relay.TensorType((int(out_type.shape[0]), units + extra), out_type.dtype)
+    new_types[6] = relay.TensorType((out_type.shape[0], units + extra), out_type.dtype)
     new_attrs = {key: attrs[key] for key in attrs.keys()}
     new_attrs["units"] = units + extra
     dense = relay.qnn.op.dense(data, weight, input_zero_point, weight_zero_point, input_scale,

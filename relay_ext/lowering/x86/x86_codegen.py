@@ -20,8 +20,8 @@ Each of those modules only installs itself; this is the one place that installs 
 
 from __future__ import annotations
 
-from relay_ext.lowering.x86 import (amx_layout, blocked_layout, dense_units_padding, saturation_free_int8,
-                                   vnni_conv_schedule, vnni_intrinsics)
+from relay_ext.lowering.x86 import (amx_layout, blocked_layout, dense_units_padding,
+                                   saturation_free_int8, vnni_conv_schedule, vnni_intrinsics)
 
 
 def install() -> bool:
