@@ -162,8 +162,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
         shape = dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
                                     ic_block=TILE_BYTES, source_block=ic_block)
         # each band of rows is repacked once for every channel pair: only with the rows outside
-        repackable = rows_outermost(shape) and supported(1, stride, TILE_BYTES, ic_block)
-        return shape if repackable else None
+        return shape if rows_outermost(shape) else None
     return shape if supported(kh, stride, ic_block) else None
 
 
@@ -315,9 +314,9 @@ def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape, outer) -> 
 
     (what Relay's layout transform, a task of its own, did for the whole input before)."""
     per_tile = TILE_BYTES // shape.source_block
-    data_index = [i for i, region in enumerate(sch.get(block).reads)
-                  if len(region.buffer.shape) == 5][0]
-    copy = sch.cache_read(block, data_index, "global")
+    stmt = sch.get(block)
+    data, _ = _data_and_kernel(stmt)
+    copy = sch.cache_read(block, [region.buffer for region in stmt.reads].index(data), "global")
     sch.transform_layout(copy, ("write", 0), lambda b, c, h, w, i: (
         b, c // per_tile, h, w, c % per_tile * shape.source_block + i))
     sch.compute_at(copy, outer)

@@ -161,6 +161,7 @@ class _Buffers:
         # the weights' blocks: 64 channels, or (repacked) the input's 16, four to a weight tile
         self.source_block = shape.source_block if shape.repacked else block
         self.weight_blocks = shape.source_blocks
+        self.per_tile = block // self.source_block  # weight blocks per data tile row: 1 or 4
         if shape.repacked:  # the 16 rows of a tile: four blocks of 4, one after the other
             sb[1] = shape.source_block // 4 * 64
         self.A = T.match_buffer(a, (1, kb, self.a_rows, self.a_cols, block), "uint8",
@@ -200,7 +201,6 @@ def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
         loops = ([("oh", buf.mh)] if buf.mh > 1 else []) + [
             ("occ", OC_TILES), ("ow", buf.r), ("ocb", 16), ("kh", buf.k), ("kw", buf.k),
             ("ico", buf.weight_blocks), ("icf", buf.source_block // 4), ("ics", 4)]
-        per_tile = buf.ic_block // buf.source_block  # weight blocks per data tile row: 1 or 4
         extents = dict(loops)
         with T.grid(*(extent for _, extent in loops)) as loop_vars:
             loop = dict(zip((name for name, _ in loops), loop_vars))
@@ -215,9 +215,9 @@ def intrinsic_description(shape: AMXConvShape) -> tir.PrimFunc:
                 kh, kw, icf = v.get("kh", 0), v.get("kw", 0), v.get("icf", 0)
                 out = [0, v["occ"], oh, v["ow"], v["ocb"]]
                 channel = icf * 4 + v["ics"]
-                if per_tile > 1:  # the repacked copy: 16-channel block ico is a quarter of one
-                    channel = ico % per_tile * buf.source_block + channel
-                    ico_a = ico // per_tile
+                if buf.per_tile > 1:  # the repacked copy: 16-channel block ico is a quarter of one
+                    channel = ico % buf.per_tile * buf.source_block + channel
+                    ico_a = ico // buf.per_tile
                 else:
                     ico_a = ico
                 product = (T.Cast("int32", buf.A[0, ico_a, oh * s + kh, v["ow"] * s + kw,
@@ -262,10 +262,9 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
                     _call("tileloadd64", T.uint8(DATA_TILE + m),
                           T.address_of(buf.A[0, kb, kh + buf.s * m, kw, 0]),
                           T.Cast("int64", buf.sa[3] * buf.s))
-                per_tile = buf.ic_block // buf.source_block
                 for n in range(OC_TILES):
                     _call("tileloadd64", T.uint8(WEIGHT_TILE + n),
-                          T.address_of(buf.B[n, kb * per_tile, kh, kw, 0, 0, 0]),
+                          T.address_of(buf.B[n, kb * buf.per_tile, kh, kw, 0, 0, 0]),
                           T.int64(TILE_BYTES))
                 for m, n in accumulators:
                     _call("tdpbusd", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
