@@ -15,7 +15,7 @@ AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"  # as the build keeps it
 AMX_COPIES = ("the AMX convs (3x3, 1x1) write 16-channel output blocks and read 64-channel input "
-              "blocks (a widening 1x1 conv excepted): a copy between two AMX convs remains "
+              "blocks (but a 1x1 conv whose rows go in parallel): a copy between two AMX convs remains "
               "(docs/BENCHMARKS.md)")
 
 
