@@ -1,8 +1,9 @@
 """meta_rules: MetaSchedule rules and postprocs that let quantized epilogues fuse.
 
-Importing this package registers the custom schedule rules ``compute_inline`` and
-``quantfuse_layout_transform`` for every target key (see :mod:`meta_rules.generic.compute_inline`
-and :mod:`meta_rules.cpu.layout_transform_rule`); that is the only side effect.
+Importing this package registers the custom schedule rules ``compute_inline``,
+``quantfuse_layout_transform`` and ``quantfuse_padded_layout`` for every target key (see
+:mod:`meta_rules.generic.compute_inline`, :mod:`meta_rules.cpu.layout_transform_rule` and
+:mod:`meta_rules.cpu.padded_layout_rule`); that is the only side effect.
 
 Folders, lowest first: ``base/`` (what every rule shares), ``analysis/`` (reading TIR), then the
 rules, one folder per kind of target that imports only those two: ``generic/`` (every target),
@@ -13,6 +14,7 @@ where it goes among TVM's defaults; :mod:`meta_rules.rule_sets` and
 """
 
 from meta_rules.cpu.layout_transform_rule import register_layout_transform_rule
+from meta_rules.cpu.padded_layout_rule import register_padded_layout_rule
 from meta_rules.cpu.reject_flat_layout_rewrite import RejectFlatLayoutRewrite
 from meta_rules.generic.compute_inline import compute_inline, register_compute_inline
 from meta_rules.generic.inline_constant_blocks import InlineConstantBlocks
@@ -26,6 +28,7 @@ from meta_rules.rule_sets import (VARIANTS, mutator_probs, postprocs, rule_set, 
 # --- registration, in one place ------------------------------------------------------------------
 register_compute_inline()
 register_layout_transform_rule()
+register_padded_layout_rule()
 
 __all__ = [
     "VARIANTS",
@@ -40,6 +43,7 @@ __all__ = [
     "postprocs",
     "register_compute_inline",
     "register_layout_transform_rule",
+    "register_padded_layout_rule",
     "rule_set",
     "schedule_rules",
     "space_generator",

@@ -9,11 +9,12 @@ pool, Relay's ``nn.pad``)::
             p0[v_i0, v_i1, v_i2 - 1, v_i3 - 1, v_i4], T.uint8(0))
 
 Decided from the block's structure, never from its name.
+:func:`padding_bounds` reads where the padding ends along one axis from the bound checks.
 """
 
 from __future__ import annotations
 
-from typing import Set
+from typing import List, Optional, Set, Tuple
 
 import tvm
 from tvm import tir
@@ -54,3 +55,50 @@ def padding_block_names(func: tir.PrimFunc) -> Set[str]:
 
     tir.stmt_functor.post_order_visit(func.body, visit)
     return found
+
+
+def _conjuncts(condition: tir.PrimExpr) -> List[tir.PrimExpr]:
+    if isinstance(condition, tir.And):
+        return _conjuncts(condition.a) + _conjuncts(condition.b)
+    return [condition]
+
+
+def _bound(atom: tir.PrimExpr, var: tir.Var) -> Tuple[Optional[int], Optional[int]]:
+    """(lower, upper) that one comparison puts on ``var``: ``3 <= v`` -> (3, None), ``v < 227``
+    -> (None, 227); (None, None) for anything else."""
+    def is_var(expr):
+        return isinstance(expr, tir.Var) and expr.same_as(var)
+
+    def const(expr):
+        return int(expr.value) if isinstance(expr, tir.IntImm) else None
+
+    if isinstance(atom, tir.LE) and is_var(atom.b) and const(atom.a) is not None:
+        return const(atom.a), None
+    if isinstance(atom, tir.LT) and is_var(atom.a) and const(atom.b) is not None:
+        return None, const(atom.b)
+    if isinstance(atom, tir.GE) and is_var(atom.a) and const(atom.b) is not None:
+        return const(atom.b), None
+    if isinstance(atom, tir.GT) and is_var(atom.b) and const(atom.a) is not None:
+        return None, const(atom.a)
+    return None, None
+
+
+def padding_bounds(value: tir.PrimExpr, var: tir.Var) -> Tuple[Optional[int], Optional[int]]:
+    """The tightest bounds the conditions of ``value``'s ``if_then_else`` calls put on ``var``:
+    for a padded copy with 3 before and 3 after along a 230-wide axis, ``3 <= v and v < 227``
+    -> (3, 227). None for a side no condition bounds."""
+    lower: Optional[int] = None
+    upper: Optional[int] = None
+
+    def visit(node) -> None:
+        nonlocal lower, upper
+        if isinstance(node, tir.Call) and node.op.same_as(_IF_THEN_ELSE):
+            for atom in _conjuncts(node.args[0]):
+                low, high = _bound(atom, var)
+                if low is not None:
+                    lower = low if lower is None else max(lower, low)
+                if high is not None:
+                    upper = high if upper is None else min(upper, high)
+
+    tir.stmt_functor.post_order_visit(tir.Evaluate(value), visit)
+    return lower, upper

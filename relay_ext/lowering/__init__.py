@@ -8,6 +8,8 @@
   scalar constant blocks (``patches/`` holds the same change as a TVM C++ patch);
 * :mod:`.inline_vector_lets`, :mod:`.x86.vnni_intrinsics` -- workarounds that make TVM 0.19 build
   with the LLVM 22 this wheel links;
+* :mod:`.zero_based_loops` -- loops a partition left starting elsewhere than 0 moved back to 0,
+  the only loops TVM's CPU code generator takes;
 * :mod:`.cached_libinfo` -- Relay's lowering reads TVM's build settings once, not per dimension;
 * :mod:`.table_lookup_index` -- QNN table lookups (sigmoid, hardswish ...) indexed in int32, not
   in the uint8 whose covering range wraps in TVM's arithmetic;

@@ -30,7 +30,9 @@ stored), never by name. A block that already carries a ``schedule_rule`` annotat
 TVM, or a TOPI compute with its own rule) is left as it is, with one exception: a TOPI layout
 transform marked ``"None"`` (no rule) whose source channel blocks are narrower than its
 destination's (``NCHW16c`` -> ``NCHW64c``, the AMX convs' input) is handed to
-:mod:`meta_rules.cpu.layout_transform_rule` instead, which copies it a source block at a time.
+:mod:`meta_rules.cpu.layout_transform_rule` instead, which copies it a source block at a time,
+and one from a layout without channel blocks to one with them (``NCHW`` -> ``NCHW4c``, the model
+input's copy) to :mod:`meta_rules.cpu.padded_layout_rule`, which splits the padded borders off.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import meta_rules  # noqa: F401  registers the custom rule that consumes the ann
 from meta_rules.analysis.constant_blocks import is_0d_constant_block
 from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY, with_schedule_rule
 from meta_rules.cpu.layout_transform_rule import annotate_layout_transform
+from meta_rules.cpu.padded_layout_rule import annotate_padded_layout
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +104,8 @@ def annotate_scalar_constants(func: tir.PrimFunc) -> tir.PrimFunc:
     def annotate(stmt: tir.Stmt) -> Optional[tir.Stmt]:
         if isinstance(stmt, tir.Block) and should_annotate(stmt):
             return with_compute_inline_rule(stmt)
-        if isinstance(stmt, tir.Block):  # a gathering layout transform TOPI left to no rule
-            return annotate_layout_transform(stmt)  # (None for any other block: kept)
+        if isinstance(stmt, tir.Block):  # a layout transform TOPI left to no rule
+            return annotate_layout_transform(stmt) or annotate_padded_layout(stmt)  # None: kept
         return None  # keep the node as mutated so far
 
     body = tir.stmt_functor.ir_transform(func.body, None, annotate, ["tir.Block"])

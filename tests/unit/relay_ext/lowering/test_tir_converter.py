@@ -25,6 +25,7 @@ from relay_ext.lowering import tir_converter as conv
 from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 from relay_ext.lowering.x86.round_and_convert import round_and_convert
+from relay_ext.lowering.zero_based_loops import zero_based_loops
 
 TARGETS = ["llvm -num-cores 2", "nvidia/nvidia-a100"]
 ANNOTATION = ("schedule_rule", "compute_inline")
@@ -173,14 +174,15 @@ def test_pass_config(variant, converter):
         "relay.backend.use_meta_schedule": True,
         "relay.backend.tir_converter": converter,
         "tir.disable_cse_tir": True,
-        "tir.add_lower_pass": [(1, clamp_in_float), (3, inline_vector_lets),
-                               (3, round_and_convert)],
+        "tir.add_lower_pass": [(0, zero_based_loops), (1, clamp_in_float),
+                               (3, inline_vector_lets), (3, round_and_convert)],
     }
     with tvm.transform.PassContext(config=config) as ctx:  # TVM knows every option
         assert str(ctx.config["relay.backend.tir_converter"]) == converter
-        assert ctx.config["tir.add_lower_pass"][0][1].same_as(clamp_in_float)
-        assert ctx.config["tir.add_lower_pass"][1][1].same_as(inline_vector_lets)
-        assert ctx.config["tir.add_lower_pass"][2][1].same_as(round_and_convert)
+        passes = [entry[1] for entry in ctx.config["tir.add_lower_pass"]]
+        for found, wanted in zip(passes, [zero_based_loops, clamp_in_float, inline_vector_lets,
+                                          round_and_convert], strict=True):
+            assert found.same_as(wanted)
     assert pass_config(variant) is not config  # callers may add options to their copy
     assert relay_ext.pass_config is pass_config
 
