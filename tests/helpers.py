@@ -1,4 +1,4 @@
-"""Helpers shared by the tests that tune or drive the CLI."""
+"""Helpers shared by the tests that tune, drive the CLI or check a rule's design."""
 
 import subprocess
 import sys
@@ -9,6 +9,22 @@ from typing import Optional
 import tvm
 from tvm import meta_schedule as ms
 from tvm import te, tir
+
+
+def only_design_after_postprocs(workload: tvm.IRModule, target: tvm.target.Target) -> tir.Schedule:
+    """The one design space ``ours`` generates for ``workload`` (asserted to be one), with every
+    postproc applied (each asserted to accept it), as the search would build it."""
+    import meta_rules  # pylint: disable=import-outside-toplevel
+
+    context = ms.TuneContext(mod=workload, target=target,
+                             space_generator=meta_rules.space_generator(target, "ours"),
+                             rand_state=1)
+    spaces = context.generate_design_space()
+    assert len(spaces) == 1
+    sch = spaces[0].copy()
+    for postproc in context.space_generator.postprocs:
+        assert postproc.apply(sch), str(postproc)
+    return sch
 
 
 def small_search() -> ms.search_strategy.EvolutionarySearch:

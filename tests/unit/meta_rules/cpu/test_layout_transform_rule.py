@@ -4,12 +4,11 @@ converter's annotation that hands it a layout transform (relay_ext/lowering/tir_
 import numpy as np
 import pytest
 import tvm
-from tvm import meta_schedule as ms
 from tvm import relay, tir
 
-import meta_rules
 from meta_rules.cpu.layout_transform_rule import RULE_NAME, source_run
 from relay_ext.lowering.tasks import lowered_tasks
+from helpers import only_design_after_postprocs
 
 CPU = "llvm -num-cores 2"  # runs on every x86 host
 
@@ -62,14 +61,7 @@ def test_ours_hands_a_gathering_layout_transform_to_the_rule_and_upstream_does_n
 
 def test_the_rule_copies_one_source_block_per_vector_and_the_result_is_the_transform():
     target = tvm.target.Target(CPU)
-    context = ms.TuneContext(mod=the_task(pad_and_transform()), target=target,
-                             space_generator=meta_rules.space_generator(target, "ours"),
-                             rand_state=1)
-    spaces = context.generate_design_space()
-    assert len(spaces) == 1
-    sch = spaces[0].copy()
-    for postproc in context.space_generator.postprocs:
-        assert postproc.apply(sch), str(postproc)
+    sch = only_design_after_postprocs(the_task(pad_and_transform()), target)
     loops = [sch.get(loop) for loop in sch.get_loops(sch.get_block("T_layout_trans"))]
     assert loops[0].kind == tir.ForKind.PARALLEL
     assert loops[-1].kind == tir.ForKind.VECTORIZED and int(loops[-1].extent) == 16

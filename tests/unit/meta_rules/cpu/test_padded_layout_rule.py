@@ -5,15 +5,14 @@ it the model input's copy (relay_ext/lowering/tir_converter.py)."""
 import numpy as np
 import pytest
 import tvm
-from tvm import meta_schedule as ms
 from tvm import relay, tir
 
-import meta_rules
 from meta_rules.analysis.padding_blocks import padding_bounds
 from meta_rules.cpu.padded_layout_rule import RULE_NAME, blocks_channels, border_partition
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.schedules.rule_designs import task_design
+from helpers import only_design_after_postprocs
 
 CPU = "llvm -num-cores 2"  # runs on every x86 host
 SCALE, ZERO_POINT = 0.0625, 64
@@ -101,14 +100,7 @@ def _default_build(mod):
 def test_the_rule_splits_the_borders_off_and_computes_what_tvm_does(size, pad):
     mod = input_copy(size, pad)
     target = tvm.target.Target(CPU)
-    context = ms.TuneContext(mod=the_task(mod).dispatched[0], target=target,
-                             space_generator=meta_rules.space_generator(target, "ours"),
-                             rand_state=1)
-    spaces = context.generate_design_space()
-    assert len(spaces) == 1
-    sch = spaces[0].copy()
-    for postproc in context.space_generator.postprocs:
-        assert postproc.apply(sch), str(postproc)
+    sch = only_design_after_postprocs(the_task(mod).dispatched[0], target)
     names = [inst.kind.name for inst in sch.trace.insts]
     assert names.count("ComputeInline") >= 5  # quantize's steps and both pads, into the copy
     assert names.count("LoopPartition") == (1 if pad else 0)
