@@ -27,6 +27,19 @@ def only_design_after_postprocs(workload: tvm.IRModule, target: tvm.target.Targe
     return sch
 
 
+def assert_only_cpu_keys_change(workload: tvm.IRModule, rule_name: str) -> None:
+    """A custom rule registered for every key: for GPU keys it leaves ``T_layout_trans`` as
+    ``"None"`` did, for ``cpu`` it schedules it."""
+    sch = tir.Schedule(workload)
+    block = sch.get_block("T_layout_trans")
+    before = sch.mod.script()
+    for key in ("cuda", "gpu", "rocm"):
+        result = tvm.get_global_func(f"meta_schedule.{key}.{rule_name}")(sch, block)
+        assert len(result) == 1 and result[0].mod.script() == before
+    cpu = tvm.get_global_func(f"meta_schedule.cpu.{rule_name}")(sch, block)
+    assert cpu[0].mod.script() != before
+
+
 def small_search() -> ms.search_strategy.EvolutionarySearch:
     """An evolutionary search small enough for a tiny tuning budget in a test."""
     return ms.search_strategy.EvolutionarySearch(
