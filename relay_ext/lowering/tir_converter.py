@@ -27,7 +27,7 @@ converter (the layout-transform hand-off below has no patch counterpart).
 
 Constant blocks are recognised by structure (0-d buffer written, no buffer read, a literal value
 stored), never by name. A block that already carries a ``schedule_rule`` annotation (a patched
-TVM, or a TOPI compute with its own rule) is left as it is, with one exception: a TOPI layout
+TVM, or a TOPI compute with its own rule) is left as it is, with two exceptions: a TOPI layout
 transform marked ``"None"`` (no rule) whose source channel blocks are narrower than its
 destination's (``NCHW16c`` -> ``NCHW64c``, the AMX convs' input) is handed to
 :mod:`meta_rules.cpu.layout_transform_rule` instead, which copies it a source block at a time,
