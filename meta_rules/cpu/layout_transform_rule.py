@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 import tvm
 from tvm import tir
@@ -70,18 +70,34 @@ def source_run(src_layout: str, dst_layout: str) -> Optional[int]:
     return None
 
 
-def _layout_run(block: tir.Block) -> Optional[int]:
+def transform_layouts(block: tir.Block) -> Optional[Tuple[str, str]]:
+    """(source, destination) layouts of a TOPI layout transform block (its ``src_layout`` and
+    ``dst_layout`` annotations); None for any other block."""
     annotations = block.annotations
     if "src_layout" not in annotations or "dst_layout" not in annotations:
         return None
-    return source_run(str(annotations["src_layout"]), str(annotations["dst_layout"]))
+    return str(annotations["src_layout"]), str(annotations["dst_layout"])
+
+
+def left_to_no_rule(block: tir.Block) -> Optional[Tuple[str, str]]:
+    """:func:`transform_layouts` of a layout transform TOPI left to no rule (``schedule_rule =
+    "None"``); None for any other block."""
+    if str(block.annotations.get(SCHEDULE_RULE_KEY, "")) != "None":
+        return None
+    return transform_layouts(block)
+
+
+def _layout_run(block: tir.Block) -> Optional[int]:
+    layouts = transform_layouts(block)
+    return None if layouts is None else source_run(*layouts)
 
 
 def annotate_layout_transform(block: tir.Block) -> Optional[tir.Block]:
     """``block`` annotated for :func:`vectorize_source_blocks` when it is a layout transform TOPI
     left to no rule (``schedule_rule = "None"``) whose source blocks are narrower than its
     destination's; None for every other block."""
-    if str(block.annotations.get(SCHEDULE_RULE_KEY, "")) != "None" or _layout_run(block) is None:
+    layouts = left_to_no_rule(block)
+    if layouts is None or source_run(*layouts) is None:
         return None
     return with_schedule_rule(block, RULE_NAME)
 

@@ -47,9 +47,11 @@ from tvm import tir
 from tvm.tir.schedule import BlockRV, Schedule
 
 from meta_rules.analysis.padding_blocks import padding_bounds
-from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY, register_for_every_key, with_schedule_rule
+from meta_rules.base.custom_rules import register_for_every_key, with_schedule_rule
 from meta_rules.base.tvm_errors import tvm_error_message
-from meta_rules.cpu.layout_transform_rule import CPU_KEYS, inner_block, leave_as_it_is
+from meta_rules.base.unchecked_schedule import block_realize
+from meta_rules.cpu.layout_transform_rule import (CPU_KEYS, inner_block, leave_as_it_is,
+                                                 left_to_no_rule)
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +70,8 @@ def annotate_padded_layout(block: tir.Block) -> Optional[tir.Block]:
     """``block`` annotated for :func:`split_padding_borders` when it is a layout transform TOPI
     left to no rule (``schedule_rule = "None"``) that :func:`blocks_channels` and writes 8-bit
     integers (a quantized model's input copy); None for every other block."""
-    annotations = block.annotations
-    if str(annotations.get(SCHEDULE_RULE_KEY, "")) != "None":
-        return None
-    if "src_layout" not in annotations or "dst_layout" not in annotations:
-        return None
-    if not blocks_channels(str(annotations["src_layout"]), str(annotations["dst_layout"])):
+    layouts = left_to_no_rule(block)
+    if layouts is None or not blocks_channels(*layouts):
         return None
     if len(block.writes) != 1 or str(block.writes[0].buffer.dtype) not in EIGHT_BIT:
         return None  # a float model's copy, or an int16 one (QNN without VNNI): not measured
@@ -95,16 +93,9 @@ def _inline_producers(sch: Schedule, block: BlockRV) -> None:
 
 def _bound_var(sch: Schedule, block: BlockRV, loop: tir.For) -> Optional[tir.Var]:
     """The iteration variable of ``block`` bound to ``loop`` alone, None if there is none."""
-    name = sch.get(block).name_hint
-    found: List[tir.Var] = []
-
-    def visit(node) -> None:
-        if isinstance(node, tir.BlockRealize) and node.block.name_hint == name:
-            for iter_var, value in zip(node.block.iter_vars, node.iter_values):
-                if isinstance(value, tir.Var) and value.same_as(loop.loop_var):
-                    found.append(iter_var.var)
-
-    tir.stmt_functor.post_order_visit(sch.mod["main"].body, visit)
+    realize = block_realize(sch, block)
+    found = [iter_var.var for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)
+             if isinstance(value, tir.Var) and value.same_as(loop.loop_var)]
     return found[0] if len(found) == 1 else None
 
 

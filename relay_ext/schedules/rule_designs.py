@@ -69,7 +69,9 @@ from tvm.target import Target
 
 import meta_rules
 from meta_rules.analysis.padding_blocks import padding_block_names
+from meta_rules.base.custom_rules import SCHEDULE_RULE_KEY
 from meta_rules.base.tvm_errors import tvm_error_message
+from meta_rules.cpu import padded_layout_rule
 from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext.lowering.config import BUILD_OPTIONS
@@ -92,7 +94,7 @@ STACK_BYTES = 1024
 # design in every such task changed the no-search build by +1.8% (ResNet-18), +1.1% (MobileNetV2)
 # and -1.5% (ResNet-50) against TOPI's default (docs/BENCHMARKS.md); the search still tries it.
 _TRACE_MARKS = ("meta_schedule.tiling_structure", "meta_schedule.auto_tensorize")
-_LAYOUT_RULES = ("quantfuse_padded_layout",)
+_LAYOUT_RULES = (padded_layout_rule.RULE_NAME,)
 
 
 @dataclasses.dataclass
@@ -246,7 +248,7 @@ def _layout_rule(workload: tvm.IRModule) -> Optional[str]:
 
     def visit(node) -> None:
         if (isinstance(node, tir.Block)
-                and str(node.annotations.get("schedule_rule", "")) in _LAYOUT_RULES):
+                and str(node.annotations.get(SCHEDULE_RULE_KEY, "")) in _LAYOUT_RULES):
             found.append(node)
 
     tir.stmt_functor.post_order_visit(workload["main"].body, visit)
