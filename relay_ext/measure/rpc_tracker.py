@@ -210,6 +210,26 @@ class ServerWatch:
         return self.gone
 
 
+def _kill_worker(worker) -> None:
+    """One popen worker's processes, then the worker itself (see WatchedRPCRunner._kill_workers)."""
+    process = getattr(worker, "_proc", None)
+    if process is not None:
+        try:
+            kill_child_processes(process.pid)
+        except (ImportError, OSError):  # psutil missing: its own process still goes
+            pass
+        try:
+            process.kill()
+        except OSError:
+            pass
+    try:
+        worker.kill()
+    except (OSError, ImportError):
+        pass
+    except AttributeError:  # the pool thread's own kill() set _proc to None meanwhile
+        pass
+
+
 @derived_object
 class WatchedRPCFuture(ms.runner.PyRunnerFuture):
     """One candidate measured on an RPC server: its result, or a failed run when its job timed out,
@@ -261,6 +281,7 @@ class WatchedRPCRunner(ms.runner.PyRunner):
                                       timeout=session_timeout_s)
         self.watch = ServerWatch(address, poll_s)
         self.closed = False
+        self._kill_lock = threading.Lock()
         self.watch.on_gone.append(self._kill_workers)  # stuck asking the tracker: end them
 
     def run(self, runner_inputs):
@@ -294,24 +315,18 @@ class WatchedRPCRunner(ms.runner.PyRunner):
         """Kill the pool's popen workers, each one's processes first: a pool thread blocked
         reading a worker's answer (a candidate stuck asking the tracker for a server) holds the
         pipe that ``PopenWorker.kill`` closes, and closing it waits for that read, which ends
-        only when the process is gone."""
-        with self.pool._lock:  # pylint: disable=protected-access
-            workers = list(self.pool._worker_map.values())  # pylint: disable=protected-access
-        for worker in workers:
-            process = getattr(worker, "_proc", None)
-            if process is not None:
-                try:
-                    kill_child_processes(process.pid)
-                except (ImportError, OSError):  # psutil missing: its own process still goes
-                    pass
-                try:
-                    process.kill()
-                except OSError:
-                    pass
-            try:
-                worker.kill()
-            except (OSError, ImportError):
-                pass
+        only when the process is gone.
+
+        Called from the watch thread (no server left) and from :meth:`close`, one at a time.
+        The pool thread whose read ends with the process also calls ``PopenWorker.kill``, which
+        is not thread-safe: it checks ``_proc`` and then reads ``_proc.pid``, and the other
+        call may have set it to None in between (AttributeError). Either call finishing the
+        kill is enough, so that error is not one."""
+        with self._kill_lock:
+            with self.pool._lock:  # pylint: disable=protected-access
+                workers = list(self.pool._worker_map.values())  # pylint: disable=protected-access
+            for worker in workers:
+                _kill_worker(worker)
 
     def close(self) -> None:
         """Kill the pool's popen workers and end its threads (no process outlives the tune)."""
