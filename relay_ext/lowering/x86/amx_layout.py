@@ -83,8 +83,12 @@ def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dila
     target = Target.current(allow_none=True)
     if (str(data_tensor.dtype) == "uint8" and target is not None and target_has_amx(target)
             and amx_eligible(in_channels, out_channels, (kh, kw), strides, dilation)):
+        from tvm.topi.nn.utils import get_pad_tuple  # pylint: disable=import-outside-toplevel
+
+        top, left, bottom, right = (int(p) for p in get_pad_tuple(padding, (kh, kw)))
         height, width = (int(d) for d in data_tensor.shape[2:4])
-        out_size = ((height - kh) // strides[0] + 1, (width - kw) // strides[1] + 1)
+        out_size = ((height + top + bottom - kh) // strides[0] + 1,
+                    (width + left + right - kw) // strides[1] + 1)
         block = (REPACKED_BLOCK if reads_16_channel_blocks(in_channels, out_channels, (kh, kw),
                                                            strides, out_size) else AMX_IC_BLOCK)
         cfg["tile_ic"] = SplitEntity([in_channels // block, block])

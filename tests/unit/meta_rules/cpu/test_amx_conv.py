@@ -284,10 +284,11 @@ def test_the_stems_folded_taps_match_numpy_on_an_amx_host(channels, out_channels
     assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel)
 
 
-def relay_conv(in_channels, out_channels, kernel=3, stride=1):
+def relay_conv(in_channels, out_channels, kernel=3, stride=1, padding=None):
     data = relay.var("data", shape=(1, in_channels, 14, 14), dtype="uint8")
     weight = relay.var("weight", shape=(out_channels, in_channels, kernel, kernel), dtype="int8")
-    conv = relay.nn.conv2d(data, weight, strides=(stride, stride), padding=(kernel // 2,) * 2,
+    padding = kernel // 2 if padding is None else padding
+    conv = relay.nn.conv2d(data, weight, strides=(stride, stride), padding=(padding,) * 2,
                            channels=out_channels, kernel_size=(kernel, kernel), out_dtype="int32")
     return tvm.IRModule.from_expr(relay.Function([data, weight], conv))
 
@@ -316,6 +317,11 @@ def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the
         ("NCHW16c", "OIHW4i16o4i")]
     # ... and one whose weights outweigh its input, 64-channel blocks (a copy before it)
     assert conv_layouts(relay_conv(64, 512, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    # the output's rows, padding included, decide: 14x14 (196 pixels) against 224 output
+    # channels' weights, 64-channel blocks; padded by 1, 16x16 (256 pixels) outweighs them
+    assert conv_layouts(relay_conv(64, 224, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
+    assert conv_layouts(relay_conv(64, 224, kernel=1, padding=1), AMX) == [
+        ("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, kernel=5), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
 
