@@ -25,8 +25,10 @@ decision in its trace is replaced by a choice computed from the loop extents and
   (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
   accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
   turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
-  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), the other loops
-  1; where the loop is vectorized instead (no intrinsic), one vector of int32 lanes on the
+  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), and what that
+  leaves to the next loops, rows then output-channel blocks (a 7-column conv: 7 columns x 2
+  channel blocks, 14 accumulators instead of 7, so that ``vpdpbusd`` at two a cycle does not
+  wait on its 5-cycle chains), the other loops 1; where the loop is vectorized instead (no intrinsic), one vector of int32 lanes on the
   innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
@@ -154,21 +156,31 @@ def largest_divisor(extent: int, cap: int) -> int:
 
 
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
-                   channels_outside_taps: bool = False) -> List[List[int]]:
+                   channels_outside_taps: bool = False,
+                   accumulators: Optional[int] = None) -> List[List[int]]:
     """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
     first: ``extents`` holds (extent, n, max_innermost_factor) per loop; n == 2 is a reduction
     loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc).
     ``channels_outside_taps``: a block with four reduction loops or more whose first (a conv's
     kernel rows) is above 1 -- kh, kw, input-channel blocks, their channels -- runs the channel
-    blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order)."""
+    blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order).
+    ``accumulators`` (a tensorized block, one accumulator register per intrinsic call): the
+    spatial loops' innermost factors, innermost loop first, multiply to at most that many
+    (``caps`` unused): a conv's output columns take what they can, the rows and then the output
+    channel blocks what is left (a 7-column conv: 7 columns x 2 channel blocks)."""
     decisions: List[Optional[List[int]]] = [None] * len(extents)
     spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
     reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
     budget = list(caps)
+    tile = 1
     for i in reversed(spatial):
         extent, n, max_inner = extents[i]
         inner = 1
-        if extent > 1 and budget:
+        if accumulators is not None:
+            cap = accumulators // tile
+            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+            tile *= inner
+        elif extent > 1 and budget:
             cap = budget.pop(0)
             inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
         decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
@@ -200,7 +212,8 @@ def deterministic_trace(trace: tir.schedule.Trace, target: Target,
 
     def flush() -> None:
         extents = [(extent, n, max_inner) for _, extent, n, max_inner in group]
-        for (inst, *_), value in zip(group, tile_decisions(extents, caps, tensorized)):
+        for (inst, *_), value in zip(group, tile_decisions(
+                extents, caps, tensorized, accumulators=caps[0] if tensorized else None)):
             decisions[inst] = value
         group.clear()
 

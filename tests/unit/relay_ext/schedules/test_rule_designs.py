@@ -67,6 +67,24 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
     assert tile_decisions(one_by_one, (12, 2), True) == tile_decisions(one_by_one, (12, 2))
 
 
+def test_a_tensorized_register_tile_fills_its_accumulators_across_loops():
+    """One accumulator per intrinsic call, 15 at most: the columns first, then the rows, then the
+    output-channel blocks take what is left."""
+    def tile(oc_chunks, height, width):
+        loops = [(1, 4, 64), (oc_chunks, 4, 64), (height, 4, 64), (width, 4, 64), (1, 4, 64),
+                 (3, 2, 64), (3, 2, 64), (32, 2, 64), (4, 2, 64), (1, 2, 64)]
+        decisions = tile_decisions(loops, (15, 1), True, accumulators=15)
+        for (extent, n, _), factors in zip(loops, decisions):
+            assert len(factors) == n and int(np.prod(factors)) == extent
+        return [decisions[i][-1] for i in (1, 2, 3)]  # innermost: oc chunks, rows, columns
+
+    assert tile(32, 7, 7) == [2, 1, 7]     # ResNet's 7x7 stage: 14 accumulators, was 7
+    assert tile(16, 14, 14) == [1, 1, 14]  # 14 columns leave no room
+    assert tile(8, 56, 56) == [1, 1, 14]
+    assert tile(32, 10, 5) == [1, 2, 5]    # rows before channel blocks: 10 of 15
+    assert tile(3, 7, 7) == [1, 1, 7]      # no divisor of 3 up to 2
+
+
 def _context(mod, target):
     space = ResilientPostOrderApply(*meta_rules.rule_set(target, "ours"), retry_seeds=1)
     return ms.TuneContext(mod=mod, target=tvm.target.Target(target), space_generator=space,
@@ -98,11 +116,13 @@ def test_the_conv_design_matches_numpy(target, kind):
     np.testing.assert_array_equal(out.numpy(), reference(data, weight))
 
 
-@pytest.mark.parametrize("kernel, stride, height", [(3, 1, 28), (1, 1, 14), (1, 2, 14), (3, 2, 14)])
+@pytest.mark.parametrize("kernel, stride, height", [(3, 1, 28), (1, 1, 14), (1, 2, 14), (3, 2, 14),
+                                                    (3, 1, 7)])
 def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, stride, height):
     """The VNNI conv design writes its output back inside the tile (the requantize fused there),
     with a register tile of fewer than STACK_BYTES of accumulators; ResNet's 1x1 and strided
-    convs included (ic blocks of 16, as Relay's x86 layout makes them)."""
+    convs included (ic blocks of 16, as Relay's x86 layout makes them); at 7 columns two output
+    channel blocks share the tile (14 accumulators)."""
     target = tvm.target.Target(VNNI)
     mod = conv_module(channels=64, height=height, ic_block=16, stride=stride, kernel=kernel)
     design = context_design(_context(mod, target))
@@ -113,8 +133,14 @@ def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, s
     decisions = design.trace.decisions
     tiles = [decisions[inst] for inst in design.trace.insts  # in the trace's order
              if inst.kind.name == "SamplePerfectTile" and len(decisions[inst]) == 4]
-    columns = int(tiles[3][-1])  # n, oc chunk, oh, ow, oc block: ow's innermost factor
-    assert columns == largest_divisor(out_w, 15) and columns * 64 < 1024
+    # n, oc chunk, oh, ow, oc block: the innermost factors of ow, then oh, then oc chunk
+    columns, rows, blocks = (int(tiles[i][-1]) for i in (3, 2, 1))
+    assert columns == largest_divisor(out_w, 15)
+    assert rows == largest_divisor(out_w, 15 // columns)
+    assert blocks == largest_divisor(4, 15 // (columns * rows))
+    if out_w == 7:
+        assert blocks == 2  # 7 columns leave room for 2 channel blocks
+    assert columns * rows * blocks * 64 < 1024
     target = needs(VNNI)
     lib = tvm.build(_scheduled(design), target=target)
     rng = np.random.default_rng(kernel * 10 + stride)
