@@ -28,8 +28,8 @@ decision in its trace is replaced by a choice computed from the loop extents and
   LLVM's alias analysis, so this is a safety margin, not a measured speed-up), and what that
   leaves to the next loops, rows then output-channel blocks (a 7-column conv: 7 columns x 2
   channel blocks, 14 accumulators instead of 7, so that ``vpdpbusd`` at two a cycle does not
-  wait on its 5-cycle chains), the other loops 1; where the loop is vectorized instead (no intrinsic), one vector of int32 lanes on the
-  innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
+  wait on its 5-cycle chains), the other loops 1; where the loop is vectorized instead (no
+  intrinsic), one vector of int32 lanes on the innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
   channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
@@ -139,11 +139,13 @@ def target_vectors(target: Target) -> Tuple[int, int]:
 
 def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
     """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
-    module doc): a tensorized block's calls each keep one accumulator register, so the innermost
-    loop (a conv's output columns) takes all registers but 4 (operands), and fewer vectors than
-    fit in :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca,
-    which LLVM keeps in registers), and the next loop none; a vectorized block's innermost loop
-    fills one vector of int32 and the next takes half the registers."""
+    module doc): a tensorized block's calls each keep one accumulator register, so its register
+    tile holds all registers but 4 (operands), and fewer vectors than fit in
+    :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca, which
+    LLVM keeps in registers): the first value, which :func:`deterministic_trace` shares among
+    the spatial loops (``tile_decisions``' ``accumulators``; the second, 1, is not used); a
+    vectorized block's innermost loop fills one vector of int32 and the next takes half the
+    registers."""
     bits, count = target_vectors(target)
     if tensorized:
         return min(count - 4, (STACK_BYTES - 1) // (bits // 8)), 1
