@@ -25,10 +25,11 @@ decision in its trace is replaced by a choice computed from the loop extents and
   (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
   accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
   turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
-  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), and what that
-  leaves to the next loops, rows then output-channel blocks (a 7-column conv: 7 columns x 2
-  channel blocks, 14 accumulators instead of 7, so that ``vpdpbusd`` at two a cycle does not
-  wait on its 5-cycle chains), the other loops 1; where the loop is vectorized instead (no
+  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), shared by the
+  columns, rows and output-channel blocks (:func:`register_tile`: ResNet's convs get 7 columns
+  x 2 channel blocks, 14 accumulators, which load 9 times per 14 ``vpdpbusd`` where 14 columns
+  x 1 block load 15 times, and give a 7-column conv 14 independent chains instead of 7), the
+  other loops 1; where the loop is vectorized instead (no
   intrinsic), one vector of int32 lanes on the innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
@@ -62,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
@@ -157,6 +159,47 @@ def largest_divisor(extent: int, cap: int) -> int:
     return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
 
 
+def _divisor_within(extent: int, cap: int, max_inner: int) -> int:
+    return largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+
+
+def register_tile(loops: Sequence[Tuple[int, int]], accumulators: int) -> List[int]:
+    """The innermost factors of a tensorized block's spatial loops, ``loops`` (extent,
+    max_innermost_factor) innermost first, one accumulator per point of the tile, at most
+    ``accumulators`` of them. Filled innermost loop first (a conv's output columns, then its
+    rows, then its output-channel blocks: 7 columns x 2 blocks at 7 columns). A block with three
+    loops above 1 (columns, rows, channel blocks) may instead take up to half the accumulators in
+    columns and the rest in channel blocks: the tile with more accumulators wins, and of two
+    alike the one that loads less per ``vpdpbusd`` -- each pixel of the tile loads its 4 input
+    bytes, each channel block its 64 bytes of weights, so 14 columns x 1 block load 15 times per
+    14 dot products, 7 x 2 only 9 (the input read from memory once per 2 blocks, not per block)."""
+    def fill() -> List[int]:
+        factors, tile = [], 1
+        for extent, max_inner in loops:
+            factors.append(_divisor_within(extent, accumulators // tile, max_inner))
+            tile *= factors[-1]
+        return factors
+
+    candidates = [fill()]
+    above_one = [i for i, (extent, _) in enumerate(loops) if extent > 1]
+    if len(above_one) >= 3:
+        columns, blocks = above_one[0], above_one[2]
+        split = [1] * len(loops)
+        split[columns] = _divisor_within(loops[columns][0], accumulators // 2, loops[columns][1])
+        split[blocks] = _divisor_within(loops[blocks][0], accumulators // split[columns],
+                                        loops[blocks][1])
+        candidates.append(split)
+
+    def rank(factors: List[int]) -> Tuple[int, float]:
+        tile = math.prod(factors)
+        if len(above_one) < 3:
+            return tile, 0.0
+        block_factor = factors[above_one[2]]
+        return tile, -(tile // block_factor + block_factor) / tile
+
+    return max(candidates, key=rank)
+
+
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
                    channels_outside_taps: bool = False,
                    accumulators: Optional[int] = None) -> List[List[int]]:
@@ -167,21 +210,19 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
     kernel rows) is above 1 -- kh, kw, input-channel blocks, their channels -- runs the channel
     blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order).
     ``accumulators`` (a tensorized block, one accumulator register per intrinsic call): the
-    spatial loops' innermost factors, innermost loop first, multiply to at most that many
-    (``caps`` unused): a conv's output columns take what they can, the rows and then the output
-    channel blocks what is left (a 7-column conv: 7 columns x 2 channel blocks)."""
+    spatial loops' innermost factors multiply to at most that many (``caps`` unused), chosen by
+    :func:`register_tile`."""
     decisions: List[Optional[List[int]]] = [None] * len(extents)
     spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
     reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
     budget = list(caps)
-    tile = 1
-    for i in reversed(spatial):
+    tile = (register_tile([(extents[i][0], extents[i][2]) for i in reversed(spatial)],
+                          accumulators) if accumulators is not None else None)
+    for position, i in enumerate(reversed(spatial)):
         extent, n, max_inner = extents[i]
         inner = 1
-        if accumulators is not None:
-            cap = accumulators // tile
-            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
-            tile *= inner
+        if tile is not None:
+            inner = tile[position]
         elif extent > 1 and budget:
             cap = budget.pop(0)
             inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)

@@ -19,8 +19,8 @@ from relay_ext.build import compile
 from relay_ext.measure.run import run_module
 from relay_ext.tuning import extract_tasks
 from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
-                                              register_caps, rule_design_records, task_design,
-                                              tile_decisions)
+                                              register_caps, register_tile, rule_design_records,
+                                              task_design, tile_decisions)
 from conftest import AVX2, needs_c_compiler
 from amx_reference import AMX, conv_module, reference
 
@@ -68,8 +68,8 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
 
 
 def test_a_tensorized_register_tile_fills_its_accumulators_across_loops():
-    """One accumulator per intrinsic call, 15 at most: the columns first, then the rows, then the
-    output-channel blocks take what is left."""
+    """One accumulator per intrinsic call, 15 at most: the tile with the most, and of two alike
+    the one that loads less per dot product (pixels + channel blocks per accumulator)."""
     def tile(oc_chunks, height, width):
         loops = [(1, 4, 64), (oc_chunks, 4, 64), (height, 4, 64), (width, 4, 64), (1, 4, 64),
                  (3, 2, 64), (3, 2, 64), (32, 2, 64), (4, 2, 64), (1, 2, 64)]
@@ -78,11 +78,14 @@ def test_a_tensorized_register_tile_fills_its_accumulators_across_loops():
             assert len(factors) == n and int(np.prod(factors)) == extent
         return [decisions[i][-1] for i in (1, 2, 3)]  # innermost: oc chunks, rows, columns
 
-    assert tile(32, 7, 7) == [2, 1, 7]     # ResNet's 7x7 stage: 14 accumulators, was 7
-    assert tile(16, 14, 14) == [1, 1, 14]  # 14 columns leave no room
-    assert tile(8, 56, 56) == [1, 1, 14]
-    assert tile(32, 10, 5) == [1, 2, 5]    # rows before channel blocks: 10 of 15
+    assert tile(32, 7, 7) == [2, 1, 7]     # ResNet's 7x7 stage: 14 accumulators, not 7
+    assert tile(16, 14, 14) == [2, 1, 7]   # 7 x 2 loads 9 times per 14 vpdpbusd, 14 x 1 15 times
+    assert tile(4, 56, 56) == [2, 1, 7]
+    assert tile(32, 10, 5) == [2, 1, 5]    # 10 either way (5 x 2 rows or 5 x 2 blocks): blocks
     assert tile(3, 7, 7) == [1, 1, 7]      # no divisor of 3 up to 2
+    assert tile(1, 56, 56) == [1, 1, 14]   # one channel block: the columns take all
+    assert tile(4, 1, 56) == [1, 1, 14]    # two loops above 1: filled columns first
+    assert register_tile([(1, 64), (56, 64), (56, 64), (4, 64)], 15) == [1, 7, 1, 2]
 
 
 def _context(mod, target):
@@ -133,13 +136,10 @@ def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, s
     decisions = design.trace.decisions
     tiles = [decisions[inst] for inst in design.trace.insts  # in the trace's order
              if inst.kind.name == "SamplePerfectTile" and len(decisions[inst]) == 4]
-    # n, oc chunk, oh, ow, oc block: the innermost factors of ow, then oh, then oc chunk
+    # n, oc chunk, oh, ow, oc block: the innermost factors of ow, oh and oc chunk
     columns, rows, blocks = (int(tiles[i][-1]) for i in (3, 2, 1))
-    assert columns == largest_divisor(out_w, 15)
-    assert rows == largest_divisor(out_w, 15 // columns)
-    assert blocks == largest_divisor(4, 15 // (columns * rows))
-    if out_w == 7:
-        assert blocks == 2  # 7 columns leave room for 2 channel blocks
+    assert [columns, rows, blocks] == register_tile([(out_w, 64), (out_w, 64), (4, 64)], 15)
+    assert (columns, rows, blocks) == (7, 1, 2)  # 7 columns x 2 channel blocks: 14 accumulators
     assert columns * rows * blocks * 64 < 1024
     target = needs(VNNI)
     lib = tvm.build(_scheduled(design), target=target)
