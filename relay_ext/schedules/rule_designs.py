@@ -22,15 +22,15 @@ decision in its trace is replaced by a choice computed from the loop extents and
   reduction loop): a register tile in the innermost spatial factors, TOPI's shape of it -- where
   each intrinsic call owns an accumulator register (VNNI), the innermost loop with an extent
   above 1 (a conv's output columns) gets the largest divisor up to the register count less 4
-  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`STACK_BYTES` of
+  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`relay_ext.schedules.register_tiles.STACK_BYTES` of
   accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
   turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
   LLVM's alias analysis, so this is a safety margin, not a measured speed-up), shared by the
-  columns, rows and output-channel blocks (:func:`register_tile`: ResNet's convs get 7 columns
+  columns, rows and output-channel blocks (:func:`relay_ext.schedules.register_tiles.register_tile`: ResNet's convs get 7 columns
   x 2 channel blocks, 14 accumulators, which load 9 times per 14 ``vpdpbusd`` where 14 columns
   x 1 block load 15 times, and give a 7-column conv 14 independent chains instead of 7), the
   other loops 1; where the loop is vectorized instead (no
-  intrinsic), one vector of int32 lanes on the innermost loop and up to half the registers on the next (:func:`register_caps`). The middle factors are 1 and the rest
+  intrinsic), one vector of int32 lanes on the innermost loop and up to half the registers on the next (``register_tiles.register_caps``). The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
   channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
@@ -79,6 +78,7 @@ from meta_rules.cpu import padded_layout_rule
 from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationError, ResilientPostOrderApply
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.schedules.register_tiles import register_caps, tile_decisions
 
 
 
@@ -90,8 +90,6 @@ UNMEASURED_RUN_SECS = 1e6
 UNROLL_STEP = 64
 # SampleComputeLocation's decisions: TVM's marks for "inline into the consumer" and "the root"
 INLINE, ROOT = -2, -1
-# TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
-STACK_BYTES = 1024
 # Designs the rules decide: a tiled block, a tensorized block (marks in the trace), the model
 # input's copy handed to the padded layout rule (its annotation in the workload; a rule's own
 # steps leave no mark). The copies that quantfuse_layout_transform takes get no record here: its
@@ -123,117 +121,6 @@ class RuleDesigns:
     database: ms.Database
     designs: List[TaskDesign]
     tasks: List[ms.ExtractedTask]
-
-
-def target_vectors(target: Target) -> Tuple[int, int]:
-    """(vector register bits, vector register count) of an llvm ``target``: 512 and 32 with
-    AVX-512, 256 and 16 with AVX2, 128 and 16 otherwise."""
-    from tvm.target.codegen import target_has_features  # pylint: disable=import-outside-toplevel
-
-    if target.kind.name != "llvm":
-        return 128, 16
-    if target_has_features("avx512f", target):
-        return 512, 32
-    if target_has_features("avx2", target):
-        return 256, 16
-    return 128, 16
-
-
-def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
-    """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
-    module doc): a tensorized block's calls each keep one accumulator register, so its register
-    tile holds all registers but 4 (operands), and fewer vectors than fit in
-    :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca, which
-    LLVM keeps in registers): the first value, which :func:`deterministic_trace` shares among
-    the spatial loops (``tile_decisions``' ``accumulators``; the second, 1, is not used); a
-    vectorized block's innermost loop fills one vector of int32 and the next takes half the
-    registers."""
-    bits, count = target_vectors(target)
-    if tensorized:
-        return min(count - 4, (STACK_BYTES - 1) // (bits // 8)), 1
-    return bits // 32, count // 2
-
-
-def largest_divisor(extent: int, cap: int) -> int:
-    """The largest divisor of ``extent`` not above ``cap`` (at least 1)."""
-    return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
-
-
-def _divisor_within(extent: int, cap: int, max_inner: int) -> int:
-    return largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
-
-
-def register_tile(loops: Sequence[Tuple[int, int]], accumulators: int) -> List[int]:
-    """The innermost factors of a tensorized block's spatial loops, ``loops`` (extent,
-    max_innermost_factor) innermost first, one accumulator per point of the tile, at most
-    ``accumulators`` of them. Filled innermost loop first (a conv's output columns, then its
-    rows, then its output-channel blocks: 7 columns x 2 blocks at 7 columns). A block with three
-    loops above 1 (columns, rows, channel blocks) may instead take up to half the accumulators in
-    columns and the rest in channel blocks: the tile with more accumulators wins, and of two
-    alike the one that loads less per ``vpdpbusd`` -- each pixel of the tile loads its 4 input
-    bytes, each channel block its 64 bytes of weights, so 14 columns x 1 block load 15 times per
-    14 dot products, 7 x 2 only 9 (the input read from memory once per 2 blocks, not per block)."""
-    def fill() -> List[int]:
-        factors, tile = [], 1
-        for extent, max_inner in loops:
-            factors.append(_divisor_within(extent, accumulators // tile, max_inner))
-            tile *= factors[-1]
-        return factors
-
-    candidates = [fill()]
-    above_one = [i for i, (extent, _) in enumerate(loops) if extent > 1]
-    if len(above_one) >= 3:
-        columns, blocks = above_one[0], above_one[2]
-        split = [1] * len(loops)
-        split[columns] = _divisor_within(loops[columns][0], accumulators // 2, loops[columns][1])
-        split[blocks] = _divisor_within(loops[blocks][0], accumulators // split[columns],
-                                        loops[blocks][1])
-        candidates.append(split)
-
-    def rank(factors: List[int]) -> Tuple[int, float]:
-        tile = math.prod(factors)
-        if len(above_one) < 3:
-            return tile, 0.0
-        block_factor = factors[above_one[2]]
-        return tile, -(tile // block_factor + block_factor) / tile
-
-    return max(candidates, key=rank)
-
-
-def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
-                   channels_outside_taps: bool = False,
-                   accumulators: Optional[int] = None) -> List[List[int]]:
-    """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
-    first: ``extents`` holds (extent, n, max_innermost_factor) per loop; n == 2 is a reduction
-    loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc).
-    ``channels_outside_taps``: a block with four reduction loops or more whose first (a conv's
-    kernel rows) is above 1 -- kh, kw, input-channel blocks, their channels -- runs the channel
-    blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order).
-    ``accumulators`` (a tensorized block, one accumulator register per intrinsic call): the
-    spatial loops' innermost factors multiply to at most that many (``caps`` unused), chosen by
-    :func:`register_tile`."""
-    decisions: List[Optional[List[int]]] = [None] * len(extents)
-    spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
-    reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
-    budget = list(caps)
-    tile = (register_tile([(extents[i][0], extents[i][2]) for i in reversed(spatial)],
-                          accumulators) if accumulators is not None else None)
-    for position, i in enumerate(reversed(spatial)):
-        extent, n, max_inner = extents[i]
-        inner = 1
-        if tile is not None:
-            inner = tile[position]
-        elif extent > 1 and budget:
-            cap = budget.pop(0)
-            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
-        decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
-    for i in reduction:
-        extent, _, max_inner = extents[i]
-        inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
-        decisions[i] = [extent // inner, inner]
-    if channels_outside_taps and len(reduction) >= 4 and extents[reduction[0]][0] > 1:
-        decisions[reduction[2]] = [extents[reduction[2]][0], 1]
-    return decisions  # type: ignore[return-value] - every entry is set above
 
 
 def deterministic_trace(trace: tir.schedule.Trace, target: Target,

@@ -18,9 +18,10 @@ from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.build import compile
 from relay_ext.measure.run import run_module
 from relay_ext.tuning import extract_tasks
-from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design, largest_divisor,
-                                              register_caps, register_tile, rule_design_records,
-                                              task_design, tile_decisions)
+from relay_ext.schedules.register_tiles import (largest_divisor, register_caps, register_tile,
+                                                tile_decisions)
+from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_design,
+                                              rule_design_records, task_design)
 from conftest import AVX2, needs_c_compiler
 from amx_reference import AMX, conv_module, reference
 

@@ -1,0 +1,125 @@
+"""The register tile of a no-search design: the innermost tile factors that
+:func:`relay_ext.schedules.rule_designs.deterministic_trace` gives a block's spatial loops (the
+module doc of :mod:`relay_ext.schedules.rule_designs` says why), and the reduction loops' split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+from tvm.target import Target
+
+# TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
+STACK_BYTES = 1024
+
+
+def target_vectors(target: Target) -> Tuple[int, int]:
+    """(vector register bits, vector register count) of an llvm ``target``: 512 and 32 with
+    AVX-512, 256 and 16 with AVX2, 128 and 16 otherwise."""
+    from tvm.target.codegen import target_has_features  # pylint: disable=import-outside-toplevel
+
+    if target.kind.name != "llvm":
+        return 128, 16
+    if target_has_features("avx512f", target):
+        return 512, 32
+    if target_has_features("avx2", target):
+        return 256, 16
+    return 128, 16
+
+
+def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
+    """The largest innermost tile factors of the two innermost non-unit spatial loops (see the
+    module doc): a tensorized block's calls each keep one accumulator register, so its register
+    tile holds all registers but 4 (operands), and fewer vectors than fit in
+    :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca, which
+    LLVM keeps in registers): the first value, which :func:`deterministic_trace` shares among
+    the spatial loops (``tile_decisions``' ``accumulators``; the second, 1, is not used); a
+    vectorized block's innermost loop fills one vector of int32 and the next takes half the
+    registers."""
+    bits, count = target_vectors(target)
+    if tensorized:
+        return min(count - 4, (STACK_BYTES - 1) // (bits // 8)), 1
+    return bits // 32, count // 2
+
+
+def largest_divisor(extent: int, cap: int) -> int:
+    """The largest divisor of ``extent`` not above ``cap`` (at least 1)."""
+    return max(d for d in range(1, max(1, min(extent, cap)) + 1) if extent % d == 0)
+
+
+def _divisor_within(extent: int, cap: int, max_inner: int) -> int:
+    return largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+
+
+def register_tile(loops: Sequence[Tuple[int, int]], accumulators: int) -> List[int]:
+    """The innermost factors of a tensorized block's spatial loops, ``loops`` (extent,
+    max_innermost_factor) innermost first, one accumulator per point of the tile, at most
+    ``accumulators`` of them. Filled innermost loop first (a conv's output columns, then its
+    rows, then its output-channel blocks: 7 columns x 2 blocks at 7 columns). A block with three
+    loops above 1 (columns, rows, channel blocks) may instead take up to half the accumulators in
+    columns and the rest in channel blocks: the tile with more accumulators wins, and of two
+    alike the one that loads less per ``vpdpbusd`` -- each pixel of the tile loads its 4 input
+    bytes, each channel block its 64 bytes of weights, so 14 columns x 1 block load 15 times per
+    14 dot products, 7 x 2 only 9 (the input read from memory once per 2 blocks, not per block)."""
+    def fill() -> List[int]:
+        factors, tile = [], 1
+        for extent, max_inner in loops:
+            factors.append(_divisor_within(extent, accumulators // tile, max_inner))
+            tile *= factors[-1]
+        return factors
+
+    candidates = [fill()]
+    above_one = [i for i, (extent, _) in enumerate(loops) if extent > 1]
+    if len(above_one) >= 3:
+        columns, blocks = above_one[0], above_one[2]
+        split = [1] * len(loops)
+        split[columns] = _divisor_within(loops[columns][0], accumulators // 2, loops[columns][1])
+        split[blocks] = _divisor_within(loops[blocks][0], accumulators // split[columns],
+                                        loops[blocks][1])
+        candidates.append(split)
+
+    def rank(factors: List[int]) -> Tuple[int, float]:
+        tile = math.prod(factors)
+        if len(above_one) < 3:
+            return tile, 0.0
+        block_factor = factors[above_one[2]]
+        return tile, -(tile // block_factor + block_factor) / tile
+
+    return max(candidates, key=rank)
+
+
+def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
+                   channels_outside_taps: bool = False,
+                   accumulators: Optional[int] = None) -> List[List[int]]:
+    """Factors for consecutive SamplePerfectTile instructions of one block, outermost loop
+    first: ``extents`` holds (extent, n, max_innermost_factor) per loop; n == 2 is a reduction
+    loop (MultiLevelTiling's ``R`` levels), otherwise a spatial one (see the module doc).
+    ``channels_outside_taps``: a block with four reduction loops or more whose first (a conv's
+    kernel rows) is above 1 -- kh, kw, input-channel blocks, their channels -- runs the channel
+    blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order).
+    ``accumulators`` (a tensorized block, one accumulator register per intrinsic call): the
+    spatial loops' innermost factors multiply to at most that many (``caps`` unused), chosen by
+    :func:`register_tile`."""
+    decisions: List[Optional[List[int]]] = [None] * len(extents)
+    spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
+    reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
+    budget = list(caps)
+    tile = (register_tile([(extents[i][0], extents[i][2]) for i in reversed(spatial)],
+                          accumulators) if accumulators is not None else None)
+    for position, i in enumerate(reversed(spatial)):
+        extent, n, max_inner = extents[i]
+        inner = 1
+        if tile is not None:
+            inner = tile[position]
+        elif extent > 1 and budget:
+            cap = budget.pop(0)
+            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+        decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
+    for i in reduction:
+        extent, _, max_inner = extents[i]
+        inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
+        decisions[i] = [extent // inner, inner]
+    if channels_outside_taps and len(reduction) >= 4 and extents[reduction[0]][0] > 1:
+        decisions[reduction[2]] = [extents[reduction[2]][0], 1]
+    return decisions  # type: ignore[return-value] - every entry is set above
