@@ -224,10 +224,8 @@ def _kill_worker(worker) -> None:
             pass
     try:
         worker.kill()
-    except (OSError, ImportError):
-        pass
-    except AttributeError:  # the pool thread's own kill() set _proc to None meanwhile
-        pass
+    except (OSError, ImportError, AttributeError):  # AttributeError: the pool thread's own
+        pass  # kill() set _proc to None meanwhile
 
 
 @derived_object

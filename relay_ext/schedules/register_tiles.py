@@ -33,7 +33,8 @@ def register_caps(target: Target, tensorized: bool) -> Tuple[int, int]:
     module doc): a tensorized block's calls each keep one accumulator register, so its register
     tile holds all registers but 4 (operands), and fewer vectors than fit in
     :data:`STACK_BYTES` (the tile's accumulators are one buffer: below it a stack alloca, which
-    LLVM keeps in registers): the first value, which :func:`deterministic_trace` shares among
+    LLVM keeps in registers): the first value, which
+    :func:`relay_ext.schedules.rule_designs.deterministic_trace` shares among
     the spatial loops (``tile_decisions``' ``accumulators``; the second, 1, is not used); a
     vectorized block's innermost loop fills one vector of int32 and the next takes half the
     registers."""
@@ -62,31 +63,24 @@ def register_tile(loops: Sequence[Tuple[int, int]], accumulators: int) -> List[i
     alike the one that loads less per ``vpdpbusd`` -- each pixel of the tile loads its 4 input
     bytes, each channel block its 64 bytes of weights, so 14 columns x 1 block load 15 times per
     14 dot products, 7 x 2 only 9 (the input read from memory once per 2 blocks, not per block)."""
-    def fill() -> List[int]:
-        factors, tile = [], 1
-        for extent, max_inner in loops:
-            factors.append(_divisor_within(extent, accumulators // tile, max_inner))
-            tile *= factors[-1]
-        return factors
-
-    candidates = [fill()]
+    filled, tile = [], 1
+    for extent, max_inner in loops:
+        filled.append(_divisor_within(extent, accumulators // tile, max_inner))
+        tile *= filled[-1]
     above_one = [i for i, (extent, _) in enumerate(loops) if extent > 1]
-    if len(above_one) >= 3:
-        columns, blocks = above_one[0], above_one[2]
-        split = [1] * len(loops)
-        split[columns] = _divisor_within(loops[columns][0], accumulators // 2, loops[columns][1])
-        split[blocks] = _divisor_within(loops[blocks][0], accumulators // split[columns],
-                                        loops[blocks][1])
-        candidates.append(split)
+    if len(above_one) < 3:
+        return filled
+    columns, blocks = above_one[0], above_one[2]
+    split = [1] * len(loops)
+    split[columns] = _divisor_within(loops[columns][0], accumulators // 2, loops[columns][1])
+    split[blocks] = _divisor_within(loops[blocks][0], accumulators // split[columns],
+                                    loops[blocks][1])
 
     def rank(factors: List[int]) -> Tuple[int, float]:
         tile = math.prod(factors)
-        if len(above_one) < 3:
-            return tile, 0.0
-        block_factor = factors[above_one[2]]
-        return tile, -(tile // block_factor + block_factor) / tile
+        return tile, -(tile // factors[blocks] + factors[blocks]) / tile
 
-    return max(candidates, key=rank)
+    return max([filled, split], key=rank)
 
 
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
@@ -113,12 +107,11 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
         if tile is not None:
             inner = tile[position]
         elif extent > 1 and budget:
-            cap = budget.pop(0)
-            inner = largest_divisor(extent, min(cap, max_inner) if max_inner > 0 else cap)
+            inner = _divisor_within(extent, budget.pop(0), max_inner)
         decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
     for i in reduction:
         extent, _, max_inner = extents[i]
-        inner = largest_divisor(extent, max_inner if max_inner > 0 else extent)
+        inner = _divisor_within(extent, extent, max_inner)
         decisions[i] = [extent // inner, inner]
     if channels_outside_taps and len(reduction) >= 4 and extents[reduction[0]][0] > 1:
         decisions[reduction[2]] = [extents[reduction[2]][0], 1]

@@ -22,15 +22,17 @@ decision in its trace is replaced by a choice computed from the loop extents and
   reduction loop): a register tile in the innermost spatial factors, TOPI's shape of it -- where
   each intrinsic call owns an accumulator register (VNNI), the innermost loop with an extent
   above 1 (a conv's output columns) gets the largest divisor up to the register count less 4
-  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below :data:`relay_ext.schedules.register_tiles.STACK_BYTES` of
-  accumulators (15 zmm vectors: TVM makes a smaller buffer a stack alloca, which LLVM's SROA
-  turns into registers; a bigger one is TVM workspace, where keeping it in registers is up to
-  LLVM's alias analysis, so this is a safety margin, not a measured speed-up), shared by the
-  columns, rows and output-channel blocks (:func:`relay_ext.schedules.register_tiles.register_tile`: ResNet's convs get 7 columns
-  x 2 channel blocks, 14 accumulators, which load 9 times per 14 ``vpdpbusd`` where 14 columns
-  x 1 block load 15 times, and give a 7-column conv 14 independent chains instead of 7), the
-  other loops 1; where the loop is vectorized instead (no
-  intrinsic), one vector of int32 lanes on the innermost loop and up to half the registers on the next (``register_tiles.register_caps``). The middle factors are 1 and the rest
+  (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below
+  :data:`relay_ext.schedules.register_tiles.STACK_BYTES` of accumulators (15 zmm vectors: TVM
+  makes a smaller buffer a stack alloca, which LLVM's SROA turns into registers; a bigger one is
+  TVM workspace, where keeping it in registers is up to LLVM's alias analysis, so this is a
+  safety margin, not a measured speed-up), shared by the columns, rows and output-channel blocks
+  (:func:`relay_ext.schedules.register_tiles.register_tile`: ResNet's convs get 7 columns x 2
+  channel blocks, 14 accumulators, which load 9 times per 14 ``vpdpbusd`` where 14 columns x 1
+  block load 15 times, and give a 7-column conv 14 independent chains instead of 7), the other
+  loops 1; where the loop is vectorized instead (no intrinsic), one vector of int32 lanes on the
+  innermost loop and up to half the registers on the next (``register_tiles.register_caps``).
+  The middle factors are 1 and the rest
   outermost, where ``RewriteParallelVectorizeUnroll`` makes them parallel. Every reduction loop
   runs whole inside the register tile's loop (TOPI's order: taps, input-channel blocks and their
   channels around the tile), up to the instruction's ``max_innermost_factor``, except, in a
