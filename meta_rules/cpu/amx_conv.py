@@ -49,10 +49,10 @@ every row from L1::
         epilogue (all rows of the pair)
 
 A 1x1 conv whose input is in TOPI's 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``:
-what the layout pass leaves a 1x1 conv whose rows go in parallel) is taken too: each band of rows
-is copied into 64-channel blocks inside the kernel, then computed as above from the copy
-(:func:`_repack_bands`, intrinsics ``quantfuse_amx_conv1x1b16_...``); no layout transform
-runs before the conv.
+what the layout pass leaves every 1x1 conv) is taken too: its input is copied into 64-channel
+blocks inside the kernel (band by band where the rows go in parallel, whole and first where the
+channel pairs do), then computed as above from the copy (:func:`_repack_bands`, intrinsics
+``quantfuse_amx_conv1x1b16_...``); no layout transform runs before the conv.
 
 The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
 64 channels for a tile row; its taps fill the row instead. For one kernel row ``kh``, the K taps
@@ -73,7 +73,7 @@ The intrinsics are :mod:`meta_rules.cpu.amx_intrinsics`, the postproc :mod:`meta
 the tile sizes and target features :mod:`meta_rules.cpu.amx_tiles`.
 
 The rule only touches a block that has exactly that shape (3x3 or 1x1 with 64-channel data
-blocks, a 1x1 with 16-channel ones whose rows go in parallel, or the stem's one narrow block;
+blocks, a 1x1 with 16-channel ones, or the stem's one narrow block;
 uint8 x int8 -> int32, 16-channel output blocks, an even number of them; stride 1, or 2: the
 data tile's rows are then 128 bytes apart, and the block stays open to the other rules too), and
 only for a target whose LLVM features include ``amx-tile`` and ``amx-int8``; every other block is
@@ -161,8 +161,7 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     if repack:
         shape = dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
                                     ic_block=TILE_BYTES, source_block=ic_block)
-        # each band of rows is repacked once for every channel pair: only with the rows outside
-        return shape if rows_outermost(shape) else None
+        return shape
     return shape if supported(kh, stride, ic_block) else None
 
 
@@ -225,6 +224,13 @@ def rows_outermost(shape: AMXConvShape) -> bool:
     return input_bytes(shape) >= pair_weight_bytes(shape) * (shape.oc_chunks // OC_TILES)
 
 
+def banded(shape: AMXConvShape) -> bool:
+    """Whether a repacked conv (:attr:`AMXConvShape.repacked`) copies its input band by band
+    inside the parallel loop over rows (:func:`rows_outermost`) rather than whole, in a parallel
+    pass of its own before the conv's loop (:func:`_repack_bands`)."""
+    return shape.repacked and rows_outermost(shape)
+
+
 def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
     """64-channel blocks per intrinsic call for the rule's second design of a deep conv, None
     where it has none: a chunk whose weights for one output-channel pair (2 x K*K x chunk KiB)
@@ -233,7 +239,7 @@ def reduction_chunk(shape: AMXConvShape) -> Optional[int]:
     design reads them from L1 already, and the chunks' round trips of the accumulators through
     memory (the whole output of a pair per chunk) only cost (1x1 convs at 56x56 ran 3x slower
     in chunks, docs/cpu.md)."""
-    if pair_weight_bytes(shape) <= L1_WEIGHT_BYTES or shape.repacked:  # (its loop is per band)
+    if pair_weight_bytes(shape) <= L1_WEIGHT_BYTES or banded(shape):  # (its loop is per band)
         return None
     chunks = [d for d in (1, 2) if d < shape.ic_blocks and shape.ic_blocks % d == 0]
     return max(chunks) if chunks else None
@@ -266,10 +272,10 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
         first, second = (oh_o, occ_o) if rows_outermost(shape) else (occ_o, oh_o)
         sch.reorder(n, first, second, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
         # a repacked input: in parallel over bands of rows only, each copied once (_repack_bands)
-        outer = sch.fuse(n, first) if shape.repacked else sch.fuse(n, first, second)
+        outer = sch.fuse(n, first) if banded(shape) else sch.fuse(n, first, second)
         epilogue_at = ow_o
-    else:
-        ico_o, ico_i = sch.split(ico, [None, chunk])
+    else:  # (the reduction loop counts the input's blocks: four to a 64-channel block if repacked)
+        ico_o, ico_i = sch.split(ico, [None, chunk * shape.source_blocks // shape.ic_blocks])
         sch.reorder(n, occ_o, ico_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico_i, icf, ics)
         outer = sch.fuse(n, occ_o)
         epilogue_at = outer
@@ -287,7 +293,7 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
             sch.vectorize(loops[-1])
             sch.annotate(producer, SCHEDULE_RULE_KEY, "None")
     if shape.repacked:
-        _repack_bands(sch, block, shape, outer)
+        _repack_bands(sch, block, shape, outer if banded(shape) else None)
     # The block is marked, not tensorized yet: TensorizeAMXConv (a postproc placed after
     # RewriteParallelVectorizeUnroll and RewriteReductionBlock) decomposes its reduction and
     # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
@@ -300,11 +306,13 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     sch.annotate(block, SCHEDULE_RULE_KEY, "None")  # the rules after this one leave it alone
 
 
-def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape, outer) -> None:
-    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`), its parallel loop
-    ``outer`` over bands of ``MH`` output rows only: each band first copies the input rows it
-    reads into 64-channel blocks (a local ``NCHW64c`` buffer, 16-byte vectors), then every channel
-    pair and pixel block of the band runs the intrinsic on that copy, its epilogue after it::
+def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape,
+                  outer: Optional[tir.schedule.LoopRV]) -> None:
+    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`). Where its parallel loop
+    ``outer`` goes over bands of ``MH`` output rows only (:func:`banded`), each band first copies
+    the input rows it reads into 64-channel blocks (an ``NCHW64c`` buffer, 16-byte vectors), then
+    every channel pair and pixel block of the band runs the intrinsic on that copy, its epilogue
+    after it::
 
         for fused in T.parallel(OH // MH):                         # n, row block
             data_64c[...] = data[...]                             # the band, re-blocked
@@ -312,20 +320,37 @@ def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape, outer) -> 
                 with T.block("conv2d_NCHWc_int8_o"): ...          # as for 64-channel input
                 epilogue
 
-    (what Relay's layout transform, a task of its own, did for the whole input before)."""
+    Where the channel pairs go in parallel (``outer`` None: the weights outweigh the input, and
+    every thread reads every row), the whole input is copied first, inside the same kernel::
+
+        for fused in T.parallel(IC // 64 * H):                     # 64-channel block, row
+            data_64c[0, c, h, :, :] = ...                          # four 16-channel blocks
+        for fused in T.parallel(OC // 32 * OH // MH): ...          # as for 64-channel input
+
+    Either way the copy is the conv's: no layout transform runs between the conv and the one
+    before it."""
     per_tile = TILE_BYTES // shape.source_block
     stmt = sch.get(block)
     data, _ = _data_and_kernel(stmt)
     copy = sch.cache_read(block, [region.buffer for region in stmt.reads].index(data), "global")
     sch.transform_layout(copy, ("write", 0), lambda b, c, h, w, i: (
         b, c // per_tile, h, w, c % per_tile * shape.source_block + i))
-    sch.compute_at(copy, outer)
-    loops = sch.get_loops(copy)
-    below = loops[[sch.get(loop) for loop in loops].index(sch.get(outer)) + 1:]
-    # the band's channel blocks, rows (gone where the band is one row), columns, 16 bytes
-    c_, *rows, w_, i_ = below
-    c_o, c_i = sch.split(c_, [None, per_tile])
-    sch.reorder(*rows, w_, c_o, c_i, i_)  # write the copy in order: a pixel's 64 channels together
+    if outer is None:  # the whole input: one 64-channel block after the other, row by row
+        n, c_, h, w_, i_ = sch.get_loops(copy)
+        c_o, c_i = sch.split(c_, [None, per_tile])
+        # four 16-channel blocks read at a time, one written (a pixel's 64 channels at a time,
+        # 64 blocks read at once for 1024 channels: ResNet-50 1.03x slower whole)
+        sch.reorder(c_o, h, w_, c_i, i_)
+        sch.parallel(sch.fuse(n, c_o, h))
+    else:  # the band, in the order it is written: a pixel's 64 channels together (channel
+        # blocks outermost, as above, measured 1.05x slower whole on MobileNetV2)
+        sch.compute_at(copy, outer)
+        loops = sch.get_loops(copy)
+        below = loops[[sch.get(loop) for loop in loops].index(sch.get(outer)) + 1:]
+        # the band's channel blocks, rows (gone where the band is one row), columns, 16 bytes
+        c_, *rows, w_, i_ = below
+        c_o, c_i = sch.split(c_, [None, per_tile])
+        sch.reorder(*rows, w_, c_o, c_i, i_)
     sch.vectorize(i_)
     sch.unroll(c_i)
     sch.annotate(copy, SCHEDULE_RULE_KEY, "None")

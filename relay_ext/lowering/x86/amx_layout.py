@@ -9,11 +9,11 @@ of TOPI's fallback configuration (``_get_default_config_int8``): 16 input channe
 :func:`install` wraps that fallback configuration in TOPI's layout pass: for a target whose LLVM
 features include ``amx-tile`` and ``amx-int8``, a conv the AMX rule can take (3x3 or 1x1, stride 1
 or 2, dilation 1, one group, input channels a multiple of 64, output channels of 32) gets
-64-channel input blocks and 16-channel output blocks, except a 1x1 conv whose rows go in
-parallel, which keeps 16-channel input blocks: the AMX rule repacks them band by band inside its
-kernel (:func:`reads_16_channel_blocks`); every other conv, and every conv of any other target,
-keeps TOPI's choice. Relay inserts the layout transforms between convs of
-different blocks.
+64-channel input blocks and 16-channel output blocks, except a 1x1 conv, which keeps 16-channel
+input blocks: the AMX rule repacks them inside its kernel (:func:`reads_16_channel_blocks`);
+every other conv, and every conv of any other target, keeps TOPI's choice. Relay inserts the
+layout transforms between convs of different blocks (before each AMX 3x3 conv, fused with the
+zero-point pad that precedes it anyway).
 
 It also keeps TOPI's own AMX code out of such a target: TOPI's x86 ``dense`` and
 ``batch_matmul`` schedules switch to their AMX variants when the target has ``amx-int8``, and on
@@ -28,8 +28,7 @@ from typing import Any, Callable, Optional
 
 from tvm.target import Target
 
-from meta_rules.cpu.amx_conv import rows_outermost
-from meta_rules.cpu.amx_intrinsics import KERNELS, REPACKED_BLOCK, STRIDES, AMXConvShape
+from meta_rules.cpu.amx_intrinsics import KERNELS, REPACKED_BLOCK, STRIDES
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -49,22 +48,19 @@ def amx_eligible(in_channels: int, out_channels: int, kernel: tuple, strides: tu
             and out_channels % (OC_TILES * OC_BLOCK) == 0)
 
 
-def reads_16_channel_blocks(in_channels: int, out_channels: int, kernel: tuple, strides: tuple,
-                            out_size: tuple) -> bool:
+def reads_16_channel_blocks(kernel: tuple) -> bool:
     """Whether an AMX-eligible conv keeps its input in TOPI's 16-channel blocks, for the AMX rule
-    to repack band by band inside its kernel (:func:`meta_rules.cpu.amx_conv.schedule_amx_conv`),
-    instead of a layout transform into 64-channel blocks before it: a 1x1 conv (stride 1 or 2)
-    whose parallel loop takes bands of rows (:func:`meta_rules.cpu.amx_conv.rows_outermost`:
-    the input outweighs the weights). Each band is then copied once, by the thread that
-    computes it, and the layout transform (a task of its own) is gone. Whole models, no-search
-    builds with and without, outputs identical (docs/cpu.md): ResNet-50 0.98x for the widening
-    1x1 convs, then 0.97x for the rest, MobileNetV2 0.93x, ResNet-18 0.99x."""
-    if tuple(kernel) != (1, 1):
-        return False
-    height, width = out_size
-    shape = AMXConvShape(out_channels // OC_BLOCK, in_channels // AMX_IC_BLOCK, height, width,
-                         1, 1, strides[0], 1, AMX_IC_BLOCK, REPACKED_BLOCK)
-    return rows_outermost(shape)
+    to repack inside its kernel (:func:`meta_rules.cpu.amx_conv.schedule_amx_conv`) instead of
+    a layout transform into 64-channel blocks before it: every 1x1 conv (stride 1 or 2). Where
+    its parallel loop takes bands of rows (:func:`meta_rules.cpu.amx_conv.rows_outermost`: the
+    input outweighs the weights) each band is copied once, by the thread that computes it;
+    elsewhere the kernel copies the whole input first. Either way the layout transform (a task
+    of its own, with a thread-pool hand-off) is gone. Whole models, no-search builds with and
+    without, outputs identical (docs/cpu.md): the banded copies ResNet-50 0.97x, MobileNetV2
+    0.93x, ResNet-18 0.99x; the whole copies level (0.99-1.01x), with 18 of ResNet-50's 34
+    layout transforms between convs gone, 9 of MobileNetV2's 12. A 3x3 conv keeps 64-channel
+    blocks: its weight tiles could not be loaded from the 16-channel blocks' weights."""
+    return tuple(kernel) == (1, 1)
 
 
 def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dilation, out_dtype,
@@ -83,14 +79,7 @@ def _default_config_int8(cfg, data_tensor, kernel_tensor, strides, padding, dila
     target = Target.current(allow_none=True)
     if (str(data_tensor.dtype) == "uint8" and target is not None and target_has_amx(target)
             and amx_eligible(in_channels, out_channels, (kh, kw), strides, dilation)):
-        from tvm.topi.nn.utils import get_pad_tuple  # pylint: disable=import-outside-toplevel
-
-        top, left, bottom, right = (int(p) for p in get_pad_tuple(padding, (kh, kw)))
-        height, width = (int(d) for d in data_tensor.shape[2:4])
-        out_size = ((height + top + bottom - kh) // strides[0] + 1,
-                    (width + left + right - kw) // strides[1] + 1)
-        block = (REPACKED_BLOCK if reads_16_channel_blocks(in_channels, out_channels, (kh, kw),
-                                                           strides, out_size) else AMX_IC_BLOCK)
+        block = REPACKED_BLOCK if reads_16_channel_blocks((kh, kw)) else AMX_IC_BLOCK
         cfg["tile_ic"] = SplitEntity([in_channels // block, block])
         cfg["tile_oc"] = SplitEntity([out_channels // OC_BLOCK, OC_BLOCK])
 

@@ -13,7 +13,7 @@ from tvm import meta_schedule as ms
 from tvm import relay, tir
 
 import meta_rules
-from meta_rules.cpu.amx_conv import (L1_WEIGHT_BYTES, AMXConv, amx_conv_shape,
+from meta_rules.cpu.amx_conv import (L1_WEIGHT_BYTES, AMXConv, amx_conv_shape, banded,
                                      pair_weight_bytes, reduction_chunk, rows_outermost)
 from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name, register_intrinsics_of
 from meta_rules.cpu.amx_tensorize import marked_blocks
@@ -54,10 +54,11 @@ def test_the_targets_that_have_amx_are_told_by_their_llvm_features():
     ({"stride": 3}, False),
     ({"kernel": 1}, True),
     ({"kernel": 1, "stride": 2}, True),
-    # a 1x1 conv of 16-channel blocks: repacked inside the kernel, with bands of rows in parallel
+    # a 1x1 conv of 16-channel blocks: repacked inside the kernel (band by band where the rows go
+    # in parallel, whole and first where the weights outweigh the input)
     ({"kernel": 1, "ic_block": 16}, True),
     ({"kernel": 1, "ic_block": 16, "stride": 2, "height": 16}, True),
-    ({"channels": 256, "height": 7, "kernel": 1, "ic_block": 16}, False),  # weights outweigh input
+    ({"channels": 256, "height": 7, "kernel": 1, "ic_block": 16}, True),
     ({"channels": 32, "kernel": 1, "ic_block": 16, "out_channels": 32}, False),  # half a tile row
     ({"kernel": 5}, False),
     # one narrow data block (the stem): the K taps of a pixel row fill a tile row
@@ -221,23 +222,36 @@ def test_the_tensorized_conv_matches_numpy_on_an_amx_host(channels, height, stri
     assert_every_design_matches_numpy(context, spaces, data, weight, stride, kernel)
 
 
-@pytest.mark.parametrize("channels,out_channels,height,stride", [
-    (64, 64, 8, 1), (128, 256, 16, 1), (64, 64, 9, 1), (64, 128, 16, 2), (256, 64, 28, 1)])
-def test_the_repacked_1x1_conv_matches_numpy_on_an_amx_host(channels, out_channels, height, stride):
-    """A 1x1 conv of 16-channel input blocks: each band of rows copied into 64-channel blocks
-    inside the kernel (a height of 9: bands of one row; stride 2: the band's rows at stride 2)."""
+@pytest.mark.parametrize("channels,out_channels,height,stride,banded_copy,chunk", [
+    (64, 64, 8, 1, True, None), (128, 256, 16, 1, True, None), (64, 64, 9, 1, True, None),
+    (64, 128, 16, 2, True, None), (256, 64, 28, 1, True, None),
+    (256, 256, 14, 1, False, None), (256, 512, 14, 2, False, None), (1152, 64, 7, 1, False, 2)])
+def test_the_repacked_1x1_conv_matches_numpy_on_an_amx_host(channels, out_channels, height, stride,
+                                                            banded_copy, chunk):
+    """A 1x1 conv of 16-channel input blocks, copied into 64-channel blocks inside the kernel:
+    band by band where the rows go in parallel (a height of 9: bands of one row; stride 2: the
+    band's rows at stride 2), whole and first where the channel pairs do (the last three)."""
     mod = conv_module(channels, height, ic_block=16, stride=stride, kernel=1,
                       out_channels=out_channels)
+    sch = tir.Schedule(mod)
+    shape = amx_conv_shape(sch, sch.get_block("conv2d_NCHWc_int8"))
+    assert shape.repacked and banded(shape) == banded_copy and reduction_chunk(shape) == chunk
     context, spaces = design_spaces(mod, AMX)
     marks = [amx_tensorizes(sch) for sch in spaces]
     strided = "s2" if stride == 2 else ""
     amx = [i for i, mark in enumerate(marks) if mark]  # a strided conv gets the others' designs too
-    assert len(amx) == 1 and (len(marks) == 1) == (stride == 1) and re.fullmatch(
-        rf"quantfuse_amx_conv1x1{strided}b16_m\d_r\d+_k{channels // 64}", marks[amx[0]][0]), marks
+    assert len(amx) == (1 if chunk is None else 2) and (len(marks) == len(amx)) == (stride == 1)
+    blocks = {channels // 64} | ({chunk} if chunk else set())
+    assert {re.fullmatch(rf"quantfuse_amx_conv1x1{strided}b16_m\d_r\d+_k(\d+)", marks[i][0])
+            .group(1) for i in amx} == {str(k) for k in blocks}, marks
     sch = spaces[amx[0]].copy()
     for postproc in context.space_generator.postprocs:
         assert postproc.apply(sch), str(postproc)
-    assert "data_global" in sch.mod["main"].script()  # the band's copy into 64-channel blocks
+    text = sch.mod["main"].script()
+    assert "data_global" in text  # the copy into 64-channel blocks, inside the conv's kernel
+    # banded: the copy in the conv's parallel loop; else first, in a parallel loop of its own
+    copying = [part for part in text.split("T.parallel(") if "T.block(\"data_global\")" in part]
+    assert len(copying) == 1 and ("conv2d_NCHWc_int8_o" in copying[0]) == banded_copy
     replayed = tir.Schedule(mod)  # a tuning record of it replays, as the database loads it
     tir.schedule.Trace.apply_json_to_schedule(sch.trace.as_json(), replayed)
     assert tvm.ir.structural_equal(replayed.mod, sch.mod)
@@ -310,18 +324,12 @@ def test_relay_gives_an_amx_target_64_channel_blocks_where_the_rule_can_take_the
     assert conv_layouts(relay_conv(64, 64), AMX) == [("NCHW64c", "OIHW16i16o4i")]
     assert conv_layouts(relay_conv(64, 64), VNNI) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, stride=2), AMX) == [("NCHW64c", "OIHW16i16o4i")]
-    # a 1x1 conv whose rows go in parallel reads 16-channel blocks (repacked inside its kernel)
-    assert conv_layouts(relay_conv(64, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
+    # every 1x1 conv reads 16-channel blocks (repacked inside its kernel), whether its rows go
+    # in parallel (the input outweighs the weights) or its channel pairs do (512 outputs)
+    for out_channels, stride, padding in ((64, 1, 0), (64, 2, 0), (512, 1, 0), (224, 1, 1)):
+        assert conv_layouts(relay_conv(64, out_channels, kernel=1, stride=stride,
+                                       padding=padding), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(128, 64, kernel=1), AMX) == [("NCHW16c", "OIHW4i16o4i")]
-    assert conv_layouts(relay_conv(64, 64, kernel=1, stride=2), AMX) == [
-        ("NCHW16c", "OIHW4i16o4i")]
-    # ... and one whose weights outweigh its input, 64-channel blocks (a copy before it)
-    assert conv_layouts(relay_conv(64, 512, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
-    # the output's rows, padding included, decide: 14x14 (196 pixels) against 224 output
-    # channels' weights, 64-channel blocks; padded by 1, 16x16 (256 pixels) outweighs them
-    assert conv_layouts(relay_conv(64, 224, kernel=1), AMX) == [("NCHW64c", "OIHW16i16o4i")]
-    assert conv_layouts(relay_conv(64, 224, kernel=1, padding=1), AMX) == [
-        ("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(64, 64, kernel=5), AMX) == [("NCHW16c", "OIHW4i16o4i")]
     assert conv_layouts(relay_conv(48, 64), AMX)[0][0] != "NCHW64c"
 
