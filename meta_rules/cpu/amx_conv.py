@@ -51,7 +51,7 @@ every row from L1::
 A 1x1 conv whose input is in TOPI's 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``:
 what the layout pass leaves every 1x1 conv) is taken too: its input is copied into 64-channel
 blocks inside the kernel (band by band where the rows go in parallel, whole and first where the
-channel pairs do), then computed as above from the copy (:func:`_repack_bands`, intrinsics
+channel pairs do), then computed as above from the copy (:func:`meta_rules.cpu.amx_repack.repack_input`, intrinsics
 ``quantfuse_amx_conv1x1b16_...``); no layout transform runs before the conv.
 
 The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
@@ -102,6 +102,7 @@ from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_intrinsics import (REPACKED_BLOCK, STRIDES, AMXConvShape,
                                            register_intrinsic, supported)
+from meta_rules.cpu.amx_repack import repack_input
 from meta_rules.cpu.amx_tiles import OC_TILES, TILE_BYTES, TILE_ROWS, target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ def rows_outermost(shape: AMXConvShape) -> bool:
 def banded(shape: AMXConvShape) -> bool:
     """Whether a repacked conv (:attr:`AMXConvShape.repacked`) copies its input band by band
     inside the parallel loop over rows (:func:`rows_outermost`) rather than whole, in a parallel
-    pass of its own before the conv's loop (:func:`_repack_bands`)."""
+    pass of its own before the conv's loop (:mod:`meta_rules.cpu.amx_repack`)."""
     return shape.repacked and rows_outermost(shape)
 
 
@@ -271,7 +272,7 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     if chunk is None:
         first, second = (oh_o, occ_o) if rows_outermost(shape) else (occ_o, oh_o)
         sch.reorder(n, first, second, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
-        # a repacked input: in parallel over bands of rows only, each copied once (_repack_bands)
+        # a repacked input: in parallel over bands of rows only, each copied once (amx_repack)
         outer = sch.fuse(n, first) if banded(shape) else sch.fuse(n, first, second)
         epilogue_at = ow_o
     else:  # (the reduction loop counts the input's blocks: four to a 64-channel block if repacked)
@@ -293,7 +294,8 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
             sch.vectorize(loops[-1])
             sch.annotate(producer, SCHEDULE_RULE_KEY, "None")
     if shape.repacked:
-        _repack_bands(sch, block, shape, outer if banded(shape) else None)
+        data, _ = _data_and_kernel(sch.get(block))
+        repack_input(sch, block, data, shape, outer if banded(shape) else None)
     # The block is marked, not tensorized yet: TensorizeAMXConv (a postproc placed after
     # RewriteParallelVectorizeUnroll and RewriteReductionBlock) decomposes its reduction and
     # tensorizes it. Done here, the decomposed update block (reduction iterators, no init) would
@@ -304,56 +306,6 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     tensorized = sch.blockize(inner[0], preserve_unit_iters=chunk is None)
     sch.annotate(tensorized, AMX_ANNOTATION, register_intrinsic(shape))
     sch.annotate(block, SCHEDULE_RULE_KEY, "None")  # the rules after this one leave it alone
-
-
-def _repack_bands(sch: Schedule, block: BlockRV, shape: AMXConvShape,
-                  outer: Optional[tir.schedule.LoopRV]) -> None:
-    """A 1x1 conv of ``NCHW16c`` input (:attr:`AMXConvShape.repacked`). Where its parallel loop
-    ``outer`` goes over bands of ``MH`` output rows only (:func:`banded`), each band first copies
-    the input rows it reads into 64-channel blocks (an ``NCHW64c`` buffer, 16-byte vectors), then
-    every channel pair and pixel block of the band runs the intrinsic on that copy, its epilogue
-    after it::
-
-        for fused in T.parallel(OH // MH):                         # n, row block
-            data_64c[...] = data[...]                             # the band, re-blocked
-            for occ_o, ow_o in T.grid(OC // 32, OW // R):
-                with T.block("conv2d_NCHWc_int8_o"): ...          # as for 64-channel input
-                epilogue
-
-    Where the channel pairs go in parallel (``outer`` None: the weights outweigh the input, and
-    every thread reads every row), the whole input is copied first, inside the same kernel::
-
-        for fused in T.parallel(IC // 64 * H):                     # 64-channel block, row
-            data_64c[0, c, h, :, :] = ...                          # four 16-channel blocks
-        for fused in T.parallel(OC // 32 * OH // MH): ...          # as for 64-channel input
-
-    Either way the copy is the conv's: no layout transform runs between the conv and the one
-    before it."""
-    per_tile = TILE_BYTES // shape.source_block
-    stmt = sch.get(block)
-    data, _ = _data_and_kernel(stmt)
-    copy = sch.cache_read(block, [region.buffer for region in stmt.reads].index(data), "global")
-    sch.transform_layout(copy, ("write", 0), lambda b, c, h, w, i: (
-        b, c // per_tile, h, w, c % per_tile * shape.source_block + i))
-    if outer is None:  # the whole input: one 64-channel block after the other, row by row
-        n, c_, h, w_, i_ = sch.get_loops(copy)
-        c_o, c_i = sch.split(c_, [None, per_tile])
-        # four 16-channel blocks read at a time, one written (a pixel's 64 channels at a time,
-        # 64 blocks read at once for 1024 channels: ResNet-50 1.03x slower whole)
-        sch.reorder(c_o, h, w_, c_i, i_)
-        sch.parallel(sch.fuse(n, c_o, h))
-    else:  # the band, in the order it is written: a pixel's 64 channels together (channel
-        # blocks outermost, as above, measured 1.05x slower whole on MobileNetV2)
-        sch.compute_at(copy, outer)
-        loops = sch.get_loops(copy)
-        below = loops[[sch.get(loop) for loop in loops].index(sch.get(outer)) + 1:]
-        # the band's channel blocks, rows (gone where the band is one row), columns, 16 bytes
-        c_, *rows, w_, i_ = below
-        c_o, c_i = sch.split(c_, [None, per_tile])
-        sch.reorder(*rows, w_, c_o, c_i, i_)
-    sch.vectorize(i_)
-    sch.unroll(c_i)
-    sch.annotate(copy, SCHEDULE_RULE_KEY, "None")
 
 
 @derived_object
