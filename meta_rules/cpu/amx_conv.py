@@ -51,8 +51,8 @@ every row from L1::
 A 1x1 conv whose input is in TOPI's 16-channel blocks (``NCHW16c``, weights ``OIHW4i16o4i``:
 what the layout pass leaves every 1x1 conv) is taken too: its input is copied into 64-channel
 blocks inside the kernel (band by band where the rows go in parallel, whole and first where the
-channel pairs do), then computed as above from the copy (:func:`meta_rules.cpu.amx_repack.repack_input`, intrinsics
-``quantfuse_amx_conv1x1b16_...``); no layout transform runs before the conv.
+channel pairs do: :mod:`meta_rules.cpu.amx_repack`), then computed as above from the copy
+(intrinsics ``quantfuse_amx_conv1x1b16_...``); no layout transform runs before the conv.
 
 The stem (the first conv: its 3 input channels padded to one 4-channel block, ``NCHW4c``) has no
 64 channels for a tile row; its taps fill the row instead. For one kernel row ``kh``, the K taps
@@ -160,9 +160,8 @@ def amx_conv_shape(sch: Schedule, block: BlockRV) -> Optional[AMXConvShape]:
     shape = AMXConvShape(oc_chunks, ic_blocks, height, width, _rows_for(width),
                          2 if height % 2 == 0 else 1, stride, kh, ic_block)
     if repack:
-        shape = dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
-                                    ic_block=TILE_BYTES, source_block=ic_block)
-        return shape
+        return dataclasses.replace(shape, ic_blocks=ic_blocks * ic_block // TILE_BYTES,
+                                   ic_block=TILE_BYTES, source_block=ic_block)
     return shape if supported(kh, stride, ic_block) else None
 
 
@@ -272,7 +271,7 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     if chunk is None:
         first, second = (oh_o, occ_o) if rows_outermost(shape) else (occ_o, oh_o)
         sch.reorder(n, first, second, ow_o, *inner, ow_i, ocb, kh, kw, ico, icf, ics)
-        # a repacked input: in parallel over bands of rows only, each copied once (amx_repack)
+        # a banded copy: in parallel over bands of rows only, each copied once (amx_repack)
         outer = sch.fuse(n, first) if banded(shape) else sch.fuse(n, first, second)
         epilogue_at = ow_o
     else:  # (the reduction loop counts the input's blocks: four to a 64-channel block if repacked)

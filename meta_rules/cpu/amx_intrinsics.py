@@ -88,7 +88,7 @@ class AMXConvShape:
     @property
     def repacked(self) -> bool:
         """A 1x1 conv whose input is in narrower blocks (:data:`REPACKED_BLOCK`), copied into
-        64-channel blocks inside the kernel, band by band, for the data tiles."""
+        64-channel blocks inside the kernel (band by band, or whole) for the data tiles."""
         return self.source_block < self.ic_block
 
     @property
