@@ -18,17 +18,17 @@ the pixels ``ic_bn`` bytes apart in ``NCHW64c``) times the 16x16x4 weight block 
 tile, already in the order ``tdpbusd`` wants). The rule splits the conv into blocks of ``MH``
 output rows x ``R`` pixels x 32 output channels, tensorizes each block's whole reduction (K x K
 taps x IC/64) with one intrinsic that keeps its ``2 * MH`` accumulator tiles in tile registers
-(loaded from the output once, stored once), and runs the blocks in parallel. The rule tiles and
+(set to zero in the tiles, stored once), and runs the blocks in parallel. The rule tiles and
 marks each block; its postproc :class:`TensorizeAMXConv` decomposes the reduction and tensorizes
 (the reason for the split is in :func:`schedule_amx_conv`)::
 
     for fused in T.parallel(OH // MH * OC // 32):          # n, oh block, oc pair (*)
         for ow_o in range(OW // R):
-            conv_init ...                                  # decompose_reduction
+            conv_init ...        # decompose_reduction; tensorized with a no-op: the tiles start at 0
             with T.block("conv2d_NCHWc_int8_o"):           # blockize + tensorize
                 T.call_llvm_intrin(... "llvm.x86.sttilecfg" ...), and if that differs:
                 T.call_llvm_intrin(... "llvm.x86.ldtilecfg" ...)
-                ... tileloadd64 (accumulators), then per tap and 64 channels:
+                ... tilezero (accumulators), then per tap and 64 channels:
                     tileloadd64 (MH data tiles, 2 weight tiles), tdpbusd x (2 * MH)
                 ... tilestored64 (accumulators)
             epilogue (the conv's one consumer, reverse_compute_at here)
@@ -258,8 +258,9 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
     many input-channel blocks and the loop over them goes outside the rows: in parallel over
     output-channel pairs, then per chunk every row block, so that the chunk's weights are read
     from L1 by all rows rather than from L2 by each (a 7x7 conv of 512 channels re-reads its 2.3
-    MB of weights 7 times otherwise). The accumulators go through memory once per chunk (the
-    intrinsic loads and stores them anyway), and the epilogue runs per output-channel pair."""
+    MB of weights 7 times otherwise). The accumulators go through memory once per chunk (each
+    call loads and stores them; without chunks a call starts them at zero in the tiles, the
+    ``z`` intrinsics), and the epilogue runs per output-channel pair."""
     n, occ, oh, ow, ocb, kh, kw, ico, icf, ics = sch.get_loops(block)[-10:]
     occ_o, occ_i = sch.split(occ, [None, OC_TILES])
     if shape.row_block > 1:
@@ -274,6 +275,9 @@ def schedule_amx_conv(sch: Schedule, block: BlockRV, shape: AMXConvShape,
         # a banded copy: in parallel over bands of rows only, each copied once (amx_repack)
         outer = sch.fuse(n, first) if banded(shape) else sch.fuse(n, first, second)
         epilogue_at = ow_o
+        # one call covers the block's whole reduction: its accumulators start at zero in the
+        # tiles, and its init (the zeroing of C, read by nothing then) becomes a no-op
+        shape = dataclasses.replace(shape, zeroed=True)
     else:  # (the reduction loop counts the input's blocks: four to a 64-channel block if repacked)
         ico_o, ico_i = sch.split(ico, [None, chunk * shape.source_blocks // shape.ic_blocks])
         sch.reorder(n, occ_o, ico_o, oh_o, ow_o, *inner, ow_i, ocb, kh, kw, ico_i, icf, ics)

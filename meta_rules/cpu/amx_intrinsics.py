@@ -5,7 +5,7 @@ output channels of TOPI's int8 ``conv2d_NCHWc_int8`` (data ``NCHW64c``, weights
 ``OIHW16i16o4i``, the module doc of :mod:`meta_rules.cpu.amx_conv`) with one intrinsic per block
 shape, named (the name is stored in tuning records: it never changes)::
 
-    quantfuse_amx_conv<K>x<K>[s<stride>]_m<MH>_r<R>_k<64-channel blocks>     (K: 3 or 1)
+    quantfuse_amx_conv<K>x<K>[s<stride>]_m<MH>_r<R>_k<64-channel blocks>[z]     (K: 3 or 1)
 
 (``quantfuse_amx_conv<K>x<K>[s<stride>]c<bytes>_...`` for a narrow data block, the stem's: a
 data tile row then holds the K taps of a pixel row, K x ``bytes``, a weight tile K x ``bytes`` / 4
@@ -19,11 +19,18 @@ Its description is that block's computation; its implementation (``R`` rows per 
 accumulator tiles 0-3, ``MH`` data tiles 4-5, two weight tiles 6-7)::
 
     sttilecfg(current); if current != the configuration: ldtilecfg(config)
-    tileloadd64 each accumulator tile from C
+    tileloadd64 each accumulator tile from C          (z: tilezero each accumulator tile)
     for kh, kw, kb in T.grid(K, K, blocks):
         tileloadd64 MH data tiles (rows ``stride * 64`` bytes apart), 2 weight tiles
         tdpbusd x (2 * MH)
     tilestored64 each accumulator tile to C
+
+The ``z`` variant is for a block whose whole reduction is one call (every design but the
+chunked one): its accumulators start at zero in the tiles, so the conv's int32 buffer is only
+written, never read before. Its init (``decompose_reduction``'s zeroing of that buffer, one
+store per 16 outputs, as many as the epilogue's reads) is tensorized with
+``quantfuse_amx_zero_m<MH>_r<R>``, whose description is that zeroing and whose implementation is
+empty. A chunked call adds to what the chunk before it stored: it loads its accumulators.
 
 Both are built with TVM's TIR IR builder (:mod:`tvm.script.ir_builder.tir`, what TVMScript's
 parser calls), so the tile numbers are the literal constants LLVM requires and the loops of
@@ -59,7 +66,7 @@ KERNELS = (3, 1)  # square kernel sizes; 3 keeps the first names (quantfuse_amx_
 # 64), the input's block where the kernel repacks it (absent: 64), row block, rows per tile,
 # channel blocks
 _INTRINSIC_NAME = re.compile(
-    r"quantfuse_amx_conv(\d+)x\1(?:s(\d+))?(?:c(\d+))?(?:b(\d+))?_m(\d+)_r(\d+)_k(\d+)")
+    r"quantfuse_amx_conv(\d+)x\1(?:s(\d+))?(?:c(\d+))?(?:b(\d+))?_m(\d+)_r(\d+)_k(\d+)(z?)")
 REPACKED_BLOCK = 16  # the input block a 1x1 conv may read and repack (TOPI's default NCHW16c)
 ACCUMULATOR_TILE, DATA_TILE, WEIGHT_TILE = 0, 4, 6  # first tile of each kind
 
@@ -78,6 +85,7 @@ class AMXConvShape:
     kernel: int = 3  # K: the kernel is K x K (one of KERNELS, or any with folded taps)
     ic_block: int = TILE_BYTES  # input channels (bytes) per data block
     source_block: int = TILE_BYTES  # per block of the input in memory: 16 where it is repacked
+    zeroed: bool = False  # the block's whole reduction in one call: accumulators start at zero
 
     @property
     def folded(self) -> bool:
@@ -102,8 +110,14 @@ class AMXConvShape:
         stride = f"s{self.stride}" if self.stride != 1 else ""  # stride 1 keeps the first names
         block = f"c{self.ic_block}" if self.folded else ""
         source = f"b{self.source_block}" if self.repacked else ""
+        zeroed = "z" if self.zeroed else ""
         return (f"quantfuse_amx_conv{self.kernel}x{self.kernel}{stride}{block}{source}"
-                f"_m{self.row_block}_r{self.rows}_k{self.ic_blocks}")
+                f"_m{self.row_block}_r{self.rows}_k{self.ic_blocks}{zeroed}")
+
+    @property
+    def init_intrinsic(self) -> str:
+        """The name of the no-op intrinsic that takes the place of a zeroed block's init."""
+        return f"quantfuse_amx_zero_m{self.row_block}_r{self.rows}"
 
 
 def supported(kernel: int, stride: int, ic_block: int, source_block: int = TILE_BYTES) -> bool:
@@ -253,9 +267,12 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
                         for i, value in enumerate(config):
                             T.buffer_store(loaded, T.uint8(value), [i])
                         _call("ldtilecfg", T.address_of(loaded[0]))
-            for m, n in accumulators:
-                _call("tileloadd64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
-                      T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
+            for m, n in accumulators:  # zeroed: C's zeros (the no-op init's) are not read
+                if shape.zeroed:
+                    _call("tilezero", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n))
+                else:
+                    _call("tileloadd64", T.uint8(ACCUMULATOR_TILE + m * OC_TILES + n),
+                          T.address_of(buf.C[0, n, m, 0, 0]), T.int64(c_stride))
             # with folded taps a data tile row holds all K taps of a row: no loop over kw
             with T.grid(buf.k, 1 if buf.folded else buf.k, buf.kb) as (kh, kw, kb):
                 for m in range(buf.mh):
@@ -276,13 +293,47 @@ def intrinsic_implementation(shape: AMXConvShape) -> tir.PrimFunc:
     return _prim_func(shape, body)
 
 
+def _init_prim_func(shape: AMXConvShape, description: bool) -> tir.PrimFunc:
+    """A zeroed block's init: its description zeroes the block's C (the loops and block the
+    decomposed init has: rows, output-channel pair, pixels, 16 channels); its implementation does
+    nothing, for the update's ``tilezero`` starts the accumulators at zero."""
+    mh, r = shape.row_block, shape.rows
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name("func")
+            T.func_ret(None)
+            c = T.arg("c", T.handle())
+            C = T.match_buffer(c, (1, 2, mh, r, 16), "int32", offset_factor=1,
+                               strides=[T.int32(), T.int32(), T.int32(), 16, 1])
+            with T.block("root"):
+                T.reads()
+                T.writes(C[0, 0:2, 0:mh, 0:r, 0:16])
+                if not description:
+                    T.evaluate(0)
+                else:
+                    loops = ([("oh", mh)] if mh > 1 else []) + [
+                        ("occ", OC_TILES), ("ow", r), ("ocb", 16)]
+                    with T.grid(*(extent for _, extent in loops)) as loop_vars:
+                        loop = dict(zip((name for name, _ in loops), loop_vars))
+                        bound = [name for name in ("occ", "oh", "ow", "ocb") if name in loop]
+                        with T.block("init"):
+                            v = dict(zip(bound, T.axis.remap("S" * len(bound),
+                                                             [loop[name] for name in bound])))
+                            T.buffer_store(C, T.int32(0),
+                                           [0, v["occ"], v.get("oh", 0), v["ow"], v["ocb"]])
+    return builder.get()
+
+
 def register_intrinsic(shape: AMXConvShape) -> str:
-    """Register with TVM, unless it has it already, the tensor intrinsic of ``shape``'s block;
-    its name."""
+    """Register with TVM, unless it has it already, the tensor intrinsic of ``shape``'s block
+    (and, zeroed, of its init); its name."""
     name = shape.intrinsic
     if tir.TensorIntrin.get(name, allow_missing=True) is None:
         tir.TensorIntrin.register(name, intrinsic_description(shape),
                                   intrinsic_implementation(shape))
+    if shape.zeroed and tir.TensorIntrin.get(shape.init_intrinsic, allow_missing=True) is None:
+        tir.TensorIntrin.register(shape.init_intrinsic, _init_prim_func(shape, True),
+                                  _init_prim_func(shape, False))
     return name
 
 
@@ -294,10 +345,11 @@ def shape_of_intrinsic(name: str) -> Optional[AMXConvShape]:
         return None
     kernel, stride, block, source, mh, r, kb = (
         int(group) if group else default for group, default in
-        zip(match.groups(), (1, 1, TILE_BYTES, TILE_BYTES, 1, 1, 1)))
+        zip(match.groups()[:-1], (1, 1, TILE_BYTES, TILE_BYTES, 1, 1, 1)))
     if not supported(kernel, stride, block, source):
         return None
-    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel, block, source)
+    return AMXConvShape(OC_TILES, kb, mh, r, r, mh, stride, kernel, block, source,
+                        zeroed=match.group(8) == "z")
 
 
 def register_intrinsic_by_name(name: str) -> bool:

@@ -77,7 +77,7 @@ def test_with_amx_every_design_space_tensorizes_the_conv_and_passes_the_postproc
     context, spaces = design_spaces(conv_module(), AMX)
     assert spaces
     for sch in spaces:
-        assert amx_tensorizes(sch) == ["quantfuse_amx_conv3x3_m2_r8_k1"]
+        assert amx_tensorizes(sch) == ["quantfuse_amx_conv3x3_m2_r8_k1z"]
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
             assert postproc.apply(sch), str(postproc)
@@ -86,7 +86,7 @@ def test_with_amx_every_design_space_tensorizes_the_conv_and_passes_the_postproc
 
 def test_a_deep_conv_also_gets_a_design_that_runs_every_row_per_chunk_of_input_channels():
     context, spaces = design_spaces(conv_module(channels=256, height=7), AMX)
-    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv3x3_m1_r7_k4"],
+    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv3x3_m1_r7_k4z"],
                                                        ["quantfuse_amx_conv3x3_m1_r7_k2"]]
     chunked = spaces[1].copy()
     for postproc in context.space_generator.postprocs:
@@ -137,7 +137,7 @@ def test_the_parallel_loop_takes_bands_of_rows_where_the_input_outweighs_the_wei
 def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_postprocs():
     context, spaces = design_spaces(conv_module(channels=128, height=14, stride=2), AMX)
     marks = [amx_tensorizes(sch) for sch in spaces]
-    assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k2"]) == 1  # output 7x7, 2 blocks of 64
+    assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k2z"]) == 1  # output 7x7, 2 blocks of 64
     assert marks.count(["quantfuse_amx_conv3x3s2_m1_r7_k1"]) == 1  # the chunked design
     assert marks.count([]) == len(spaces) - 2 >= 1  # what the other rules make of it
     for sch in spaces:
@@ -153,7 +153,7 @@ def test_a_strided_conv_gets_the_amx_design_and_the_others_and_each_passes_the_p
 def test_a_1x1_conv_gets_its_own_intrinsics_and_each_design_passes_the_postprocs():
     # 1x1 of 128 channels: the pair's weights (4 KiB) stay in L1, so there is no chunked design
     context, spaces = design_spaces(conv_module(channels=128, height=14, kernel=1), AMX)
-    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv1x1_m2_r14_k2"]]
+    assert [amx_tensorizes(sch) for sch in spaces] == [["quantfuse_amx_conv1x1_m2_r14_k2z"]]
     for sch in spaces:
         sch = sch.copy()
         for postproc in context.space_generator.postprocs:
@@ -161,7 +161,7 @@ def test_a_1x1_conv_gets_its_own_intrinsics_and_each_design_passes_the_postprocs
         tvm.build(sch.mod, target=AMX)
     context, spaces = design_spaces(conv_module(channels=64, height=14, stride=2, kernel=1), AMX)
     marks = [amx_tensorizes(sch) for sch in spaces]
-    assert marks.count(["quantfuse_amx_conv1x1s2_m1_r7_k1"]) == 1  # output 7x7
+    assert marks.count(["quantfuse_amx_conv1x1s2_m1_r7_k1z"]) == 1  # output 7x7
     assert register_intrinsic_by_name("quantfuse_amx_conv1x1s2_m2_r14_k4")
     assert not register_intrinsic_by_name("quantfuse_amx_conv5x5_m2_r14_k4")
     assert not register_intrinsic_by_name("quantfuse_amx_conv1x3_m2_r14_k4")
@@ -181,7 +181,7 @@ def test_a_record_names_its_intrinsic_and_a_fresh_process_can_register_it():
     sch = spaces[0].copy()
     for postproc in context.space_generator.postprocs:  # TensorizeAMXConv tensorizes
         assert postproc.apply(sch)
-    assert register_intrinsics_of(sch.trace) == ["quantfuse_amx_conv3x3_m1_r7_k2"]
+    assert register_intrinsics_of(sch.trace) == ["quantfuse_amx_conv3x3_m1_r7_k2z"]
     replayed = tir.Schedule(conv_module(channels=128, height=7))
     sch.trace.apply_to_schedule(replayed, remove_postproc=False)  # as Relay builds a record
     assert tvm.ir.structural_equal(replayed.mod, sch.mod)
@@ -242,7 +242,7 @@ def test_the_repacked_1x1_conv_matches_numpy_on_an_amx_host(channels, out_channe
     amx = [i for i, mark in enumerate(marks) if mark]  # a strided conv gets the others' designs too
     assert len(amx) == (1 if chunk is None else 2) and (len(marks) == len(amx)) == (stride == 1)
     blocks = {channels // 64} | ({chunk} if chunk else set())
-    assert {re.fullmatch(rf"quantfuse_amx_conv1x1{strided}b16_m\d_r\d+_k(\d+)", marks[i][0])
+    assert {re.fullmatch(rf"quantfuse_amx_conv1x1{strided}b16_m\d_r\d+_k(\d+)z?", marks[i][0])
             .group(1) for i in amx} == {str(k) for k in blocks}, marks
     sch = spaces[amx[0]].copy()
     for postproc in context.space_generator.postprocs:
@@ -344,28 +344,50 @@ def test_topis_amx_dense_is_not_chosen_for_an_amx_target():
         assert dense.target_has_features(["avx512bw", "avx512f"])
 
 
-@pytest.mark.parametrize("row_block, rows, blocks, stride, kernel", [
-    (2, 14, 1, 1, 3), (1, 7, 4, 2, 3), (2, 14, 4, 1, 1), (1, 7, 2, 2, 1)])
+@pytest.mark.parametrize("row_block, rows, blocks, stride, kernel, zeroed", [
+    (2, 14, 1, 1, 3, False), (1, 7, 4, 2, 3, False), (2, 14, 4, 1, 1, False),
+    (1, 7, 2, 2, 1, False), (2, 14, 1, 1, 3, True), (1, 7, 2, 2, 1, True)])
 def test_the_intrinsic_keeps_its_accumulators_in_tiles_and_loads_its_configuration(
-        row_block, rows, blocks, stride, kernel):
-    """Checked on the TIR, so on any host: per block 2 * MH accumulator loads and stores outside
-    the reduction loop, inside it MH data and 2 weight tile loads and 2 * MH tdpbusd; the
-    configuration holds R-row accumulator and data tiles and 16-row weight tiles."""
+        row_block, rows, blocks, stride, kernel, zeroed):
+    """Checked on the TIR, so on any host: per block 2 * MH accumulators loaded (zeroed: set to
+    zero in the tiles) and stored outside the reduction loop, inside it MH data and 2 weight tile
+    loads and 2 * MH tdpbusd; the configuration holds R-row accumulator and data tiles and 16-row
+    weight tiles."""
     from meta_rules.cpu.amx_intrinsics import AMXConvShape, intrinsic_implementation
     from meta_rules.cpu.amx_tiles import config_words, tile_config
 
-    shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride, kernel)
+    shape = AMXConvShape(2, blocks, row_block * 2, rows, rows, row_block, stride, kernel,
+                         zeroed=zeroed)
     script = intrinsic_implementation(shape).script()
     accumulators = 2 * row_block
     assert script.count("llvm.x86.tdpbusd") == accumulators
     assert script.count("llvm.x86.tilestored64") == accumulators
-    assert script.count("llvm.x86.tileloadd64") == accumulators + row_block + 2
+    assert script.count("llvm.x86.tilezero") == (accumulators if zeroed else 0)
+    assert script.count("llvm.x86.tileloadd64") == (0 if zeroed else accumulators) + row_block + 2
     assert script.count("llvm.x86.ldtilecfg") == script.count("llvm.x86.sttilecfg") == 1
     assert "tilerelease" not in script
     config = tile_config({0: rows, 1: rows, 2: rows, 3: rows, 4: rows, 5: rows, 6: 16, 7: 16}
                          if row_block == 2 else {0: rows, 1: rows, 4: rows, 6: 16, 7: 16})
     for word in config_words(config):
         assert f"!= {word}" in script
+
+
+def test_a_block_whose_reduction_is_one_call_zeroes_its_accumulators_and_writes_no_init():
+    """The one-block design starts its accumulators at zero in the tiles: its init, tensorized
+    with a no-op, stores nothing to the conv's int32 buffer, which only the tiles write; the
+    chunked design, whose calls add to what the chunk before stored, loads them and keeps its
+    init."""
+    context, spaces = design_spaces(conv_module(channels=256, height=7), AMX)
+    one_block, chunked = (space.copy() for space in spaces)
+    for sch in (one_block, chunked):
+        for postproc in context.space_generator.postprocs:
+            assert postproc.apply(sch), str(postproc)
+    for sch, zeroed in ((one_block, True), (chunked, False)):
+        text = tvm.lower(sch.mod).script()
+        assert ("llvm.x86.tilezero" in text) == zeroed
+        assert bool(re.search(r"conv2d_NCHWc_int8\w*\[[^\]]*\] = 0\b", text)) != zeroed, text
+    assert register_intrinsic_by_name("quantfuse_amx_conv3x3_m1_r7_k4z")
+    assert tir.TensorIntrin.get("quantfuse_amx_zero_m1_r7") is not None
 
 
 def test_the_tile_configuration_bytes():
