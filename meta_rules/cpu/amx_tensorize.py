@@ -23,7 +23,7 @@ from tvm.tir.schedule import Schedule
 from meta_rules.base.placement import Placement
 from meta_rules.base.tvm_errors import tvm_error_message
 from meta_rules.cpu.amx_conv import AMX_ANNOTATION
-from meta_rules.cpu.amx_intrinsics import register_intrinsic_by_name, shape_of_intrinsic
+from meta_rules.cpu.amx_intrinsics import register_intrinsic, shape_of_intrinsic
 from meta_rules.cpu.amx_tiles import target_has_amx
 
 logger = logging.getLogger(__name__)
@@ -52,8 +52,9 @@ def tensorize_marked(sch: Schedule) -> int:
         sch.unannotate(block, AMX_ANNOTATION)
         if not any(it.iter_type == tir.IterVar.CommReduce for it in sch.get(block).iter_vars):
             continue  # the init block RewriteReductionBlock split off (with the annotations)
-        register_intrinsic_by_name(intrinsic)
         shape = shape_of_intrinsic(intrinsic)
+        if shape is not None:  # (a name of ours: registered, also in a fresh process)
+            register_intrinsic(shape)
         if sch.get(block).init is not None:  # else RewriteReductionBlock decomposed it, at the
             # chunk loop of the second design (the accumulators are zeroed once, not per chunk)
             init = sch.decompose_reduction(block, sch.get_loops(block)[-1])
