@@ -38,8 +38,11 @@ from tvm.relay import dataflow_pattern as dfp
 from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
+from relay_ext.lowering.padded_channels import keep_padded_channels_pass
 
 logger = logging.getLogger(__name__)
+
+PREFOLDED = "quantfuse.prefolded"  # a prefolded module's attribute: the target it was folded for
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
@@ -231,7 +234,7 @@ def _simplify_post_alter_op() -> tvm.transform.Pass:
 
 
 def _around_layout() -> List[tvm.transform.Pass]:
-    return [relay.transform.FoldScaleAxis(), relay.transform.SimplifyExpr(),
+    return [keep_padded_channels_pass(), relay.transform.FoldScaleAxis(), relay.transform.SimplifyExpr(),
             relay.transform.CanonicalizeCast(), relay.transform.CanonicalizeOps(),
             relay.transform.FlattenAtrousConv(), relay.transform.InferType(),
             relay.transform.AlterOpLayout(), _simplify_post_alter_op(),
@@ -242,7 +245,10 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
             config: Mapping[str, Any]) -> tvm.IRModule:
     """``mod`` with ``params`` bound and its constants folded as Relay's build would fold them
     (see the module doc), to build or extract tasks from with ``params=None`` under the same
-    ``target`` and pass ``config``. Works on a copy (QNN canonicalization writes attributes)."""
+    ``target`` and pass ``config``. Works on a copy (QNN canonicalization writes attributes).
+    A module prefolded for ``target`` already comes back as it is (marked :data:`PREFOLDED`)."""
+    if params is None and str(mod.get_attr(PREFOLDED) or "") == str(target):
+        return mod
     mod = tvm.ir.load_json(tvm.ir.save_json(mod))
     if params:
         bound = relay.build_module.bind_params_by_name(
@@ -258,7 +264,7 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
                 counts[name] = counts.get(name, 0) + count
     logger.info("prefold: %d constant calls folded with numpy (%s)", sum(counts.values()),
                 ", ".join(f"{n} {c}" for n, c in sorted(counts.items())))
-    return mod
+    return mod.with_attr(PREFOLDED, str(target))
 
 
 def prefold_or_keep(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Target,

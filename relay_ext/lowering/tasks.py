@@ -10,6 +10,7 @@ from tvm.target import Target
 from meta_rules.rule_sets import TargetLike, check_variant
 from relay_ext.lowering.config import pass_config
 from relay_ext.lowering.targets import normalize_target
+from relay_ext.lowering.prefold import prefold_or_keep
 from relay_ext.lowering.relay_build import copy_module
 
 
@@ -29,7 +30,10 @@ def extract_tasks(
 def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
                   target: Target, variant: str) -> List[ms.ExtractedTask]:
     """:func:`extract_tasks` for a target and variant already checked (``normalize_target``,
-    ``check_variant``), as :func:`relay_ext.tuning.tune` and the reports pass them."""
+    ``check_variant``), as :func:`relay_ext.tuning.tune` and the reports pass them. From the
+    module prefolded as every build prefolds it (:func:`relay_ext.lowering.prefold.prefold`,
+    which also keeps padded conv channels), so that tuning and the build see the same tasks."""
+    mod, params = prefold_or_keep(mod, params, target, pass_config(variant))
     return list(ms.relay_integration.extract_tasks(
         copy_module(mod), target, params, pass_config=pass_config(variant)))
 
@@ -42,6 +46,7 @@ def fused_main(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]]
     task's kernel run once per inference, in the order of the graph. Nothing is lowered to TIR."""
     from tvm import autotvm  # pylint: disable=import-outside-toplevel
 
+    mod, params = prefold_or_keep(mod, params, target, pass_config(variant))
     mod = copy_module(mod)
     if params:
         mod["main"] = relay.build_module.bind_params_by_name(mod["main"], dict(params))
