@@ -10,7 +10,7 @@ from tvm import relay
 from tvm.target import Target
 
 from relay_ext.lowering.config import BUILD_OPTIONS
-from relay_ext.lowering.prefold import prefold_or_keep
+from relay_ext.lowering.prefold import passes_done, prefold_or_keep
 from relay_ext.lowering.relay_build import copy_module
 from relay_ext.lowering.x86 import x86_codegen
 
@@ -32,5 +32,6 @@ def _default_build(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArr
     x86_codegen.install()
     if opt_level >= 3:
         mod, params = prefold_or_keep(mod, params, target, BUILD_OPTIONS)
-    with tvm.transform.PassContext(opt_level=opt_level, config=BUILD_OPTIONS):
+    with tvm.transform.PassContext(opt_level=opt_level, config=BUILD_OPTIONS,
+                                   disabled_pass=passes_done(mod)):
         return relay.build(copy_module(mod), target=target, params=params)

@@ -267,6 +267,14 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
     return mod.with_attr(PREFOLDED, str(target))
 
 
+def passes_done(mod: tvm.IRModule) -> List[str]:
+    """The passes Relay's own pipeline must not run again on ``mod`` (its ``disabled_pass``):
+    ``AlterOpLayout`` once :func:`prefold` ran it. A second run has nothing to alter, and fails
+    on a per-channel ``fixed_point_multiply_per_axis`` (what requantize becomes on a target
+    without fast int8) whose axes the first run made two (TVM's ``axes.size() == 1`` check)."""
+    return ["AlterOpLayout"] if mod.get_attr(PREFOLDED) is not None else []
+
+
 def prefold_or_keep(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Target,
                     config: Mapping[str, Any]) -> Tuple[tvm.IRModule, Optional[Mapping[str, Any]]]:
     """(module, params) with the constants prefolded (:func:`prefold`; params bound: None), or

@@ -16,6 +16,7 @@ from tvm.target import Target
 
 from relay_ext.lowering import cached_libinfo, depthwise_padding, table_lookup_index
 from relay_ext.lowering.config import pass_config
+from relay_ext.lowering.prefold import passes_done
 from relay_ext.lowering.x86 import x86_codegen
 
 # TVM's VNNI dot products re-registered for the LLVM 22 this wheel links (else any int8 build for
@@ -81,6 +82,7 @@ def compile_with(records: ms.Database, mod: tvm.IRModule,
     among them) under ``variant``'s pass configuration: a step of ``relay_ext.compile``, which
     chooses the records."""
     return ms.relay_integration.compile_relay(records, copy_module(mod), target, params,
-                                              pass_config=pass_config(variant))
+                                              pass_config=pass_config(variant),
+                                              disabled_pass=passes_done(mod))
 
 

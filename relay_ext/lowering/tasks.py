@@ -10,7 +10,7 @@ from tvm.target import Target
 from meta_rules.rule_sets import TargetLike, check_variant
 from relay_ext.lowering.config import pass_config
 from relay_ext.lowering.targets import normalize_target
-from relay_ext.lowering.prefold import prefold_or_keep
+from relay_ext.lowering.prefold import passes_done, prefold_or_keep
 from relay_ext.lowering.relay_build import copy_module
 
 
@@ -35,7 +35,8 @@ def lowered_tasks(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArra
     which also keeps padded conv channels), so that tuning and the build see the same tasks."""
     mod, params = prefold_or_keep(mod, params, target, pass_config(variant))
     return list(ms.relay_integration.extract_tasks(
-        copy_module(mod), target, params, pass_config=pass_config(variant)))
+        copy_module(mod), target, params, pass_config=pass_config(variant),
+        disabled_pass=passes_done(mod)))
 
 
 def fused_main(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]],
@@ -53,7 +54,8 @@ def fused_main(mod: tvm.IRModule, params: Optional[Mapping[str, tvm.nd.NDArray]]
     prefix = tvm.get_global_func("relay.backend.GetPassPrefixSeq")(True, True)  # as extraction
     silent, autotvm.GLOBAL_SCOPE.silent = autotvm.GLOBAL_SCOPE.silent, True
     try:
-        with target, tvm.transform.PassContext(opt_level=3, config=pass_config(variant)):
+        with target, tvm.transform.PassContext(opt_level=3, config=pass_config(variant),
+                                               disabled_pass=passes_done(mod)):
             return tvm.transform.Sequential([prefix, relay.transform.FuseOps()])(mod)["main"]
     finally:
         autotvm.GLOBAL_SCOPE.silent = silent

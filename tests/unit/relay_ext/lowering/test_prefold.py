@@ -103,3 +103,15 @@ def test_a_prefolded_model_has_the_same_tasks_and_outputs(tiny):
                         tiny.inputs)
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_prefolded_model_builds_where_requantize_is_a_per_axis_multiply(tiny):
+    """On a target without fast int8 a per-channel requantize is ``fixed_point_multiply_per_axis``,
+    whose axes prefold's layout pass makes two; Relay's own pipeline must not run that pass again
+    (its check wants one axis): the tasks extract and the no-search build runs."""
+    target = normalize_target("llvm -num-cores 2")
+    folded = prefold(tiny.mod, tiny.params, target, pass_config("ours"))
+    assert "fixed_point_multiply_per_axis" in folded["main"].astext(show_meta_data=False)
+    assert extract_tasks(tiny.mod, tiny.params, target)
+    built = compile(tiny.mod, tiny.params, target, schedule="no-search", choose_per_task=False)
+    assert run_module(built.lib, tiny.inputs)[0].shape == (1, 10)
