@@ -16,13 +16,15 @@ What it does: the passes that Relay's build runs before and around its two ``Fol
 (TVM 0.19's ``GetPassPrefix``: QNN legalization and canonicalization, ``Legalize``,
 ``SimplifyInference``, common-subexpression elimination, parallel-op combination, then
 ``FoldScaleAxis`` ... ``AlterOpLayout`` ... ``FastMath``), under the same target and pass
-configuration, each ``FoldConstant`` replaced by :func:`numpy_fold_constants`. Relay's build then
-runs its own pipeline on the result: those passes find their work done (no QNN op, no
-``nn.conv2d`` left to alter), and its ``FoldConstant`` folds only what numpy did not (an op not in
-:data:`NUMPY_OPS`). The numpy arithmetic is the one TVM's LLVM kernels do, in the same dtype
+configuration, each ``FoldConstant`` replaced by :func:`numpy_fold_constants`, and one pass of
+quantfuse's before ``FoldScaleAxis`` (:mod:`relay_ext.lowering.padded_channels`). The result is
+marked :data:`PREFOLDED`; Relay's build and task extraction then run their own pipeline on it
+without ``AlterOpLayout`` (:func:`passes_done`): the other passes find their work done (no QNN
+op), and its ``FoldConstant`` folds only what numpy did not (an op not in :data:`NUMPY_OPS`). The numpy arithmetic is the one TVM's LLVM kernels do, in the same dtype
 (IEEE float32 division, ``round`` half away from zero as ``llvm.round``, integer wraparound,
 truncating casts), so the folded constants are bit-identical and the tasks extracted from the
-folded module are the same workloads (tests/unit/relay_ext/lowering/test_prefold.py checks both).
+folded module are the same workloads as Relay's own extraction gives, the padded channels
+apart (tests/unit/relay_ext/lowering/test_prefold.py checks both).
 """
 
 from __future__ import annotations
@@ -234,7 +236,9 @@ def _simplify_post_alter_op() -> tvm.transform.Pass:
 
 
 def _around_layout() -> List[tvm.transform.Pass]:
-    return [keep_padded_channels_pass(), relay.transform.FoldScaleAxis(), relay.transform.SimplifyExpr(),
+    # first, quantfuse's own: padded conv channels kept up to the next conv (padded_channels)
+    return [keep_padded_channels_pass(),
+            relay.transform.FoldScaleAxis(), relay.transform.SimplifyExpr(),
             relay.transform.CanonicalizeCast(), relay.transform.CanonicalizeOps(),
             relay.transform.FlattenAtrousConv(), relay.transform.InferType(),
             relay.transform.AlterOpLayout(), _simplify_post_alter_op(),
