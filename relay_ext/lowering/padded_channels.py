@@ -101,15 +101,15 @@ class _Wide:
         widths[axis] = (0, self.width - self.channels)
         return np.pad(value, widths, mode="edge")
 
-
-def _widened_constant(value: np.ndarray, channels: int, wide: _Wide) -> Optional[np.ndarray]:
-    """A constant broadcast against a 4-D NCHW tensor of ``channels``, for its wide form: spread
-    over the wide channels where it has one entry per channel, as it is otherwise."""
-    if value.ndim < 3 or value.shape[-3] == 1:
-        return value
-    if value.shape[-3] != channels or value.ndim > 4:
-        return None
-    return wide.spread(value, value.ndim - 3)
+    def constant(self, value: np.ndarray) -> Optional[np.ndarray]:
+        """A constant broadcast against the narrow 4-D NCHW tensor, for the wide one: spread
+        over the wide channels where it has one entry per channel, as it is otherwise; None
+        where it broadcasts along the channels some other way."""
+        if value.ndim < 3 or value.shape[-3] == 1:
+            return value
+        if value.shape[-3] != self.channels or value.ndim > 4:
+            return None
+        return self.spread(value, value.ndim - 3)
 
 
 class _KeepPaddedChannels(relay.ExprMutator):
@@ -173,7 +173,7 @@ class _KeepPaddedChannels(relay.ExprMutator):
         """The narrow tensor of the wide ``expr`` (its first channels), for any reader that is
         not rewritten; remembered as read from ``expr``."""
         narrow = relay.strided_slice(expr, begin=[0, 0, 0, 0], end=list(out))
-        self.wide[narrow] = _Wide(expr, like.channels, like.width)
+        self.wide[narrow] = dataclasses.replace(like, expr=expr)
         return narrow
 
     def _elementwise(self, call: relay.Call, new: relay.Call) -> relay.Expr:
@@ -191,7 +191,7 @@ class _KeepPaddedChannels(relay.ExprMutator):
                     return new
                 args.append(self.wide[arg].expr)
             elif isinstance(arg, relay.Constant):
-                value = _widened_constant(arg.data.numpy(), out[CHANNEL_AXIS], like)
+                value = like.constant(arg.data.numpy())
                 if value is None:
                     return new
                 args.append(relay.const(value, arg.data.dtype))
