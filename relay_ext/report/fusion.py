@@ -34,6 +34,8 @@ from meta_rules.generic.resilient_space_generator import (
 from meta_rules.measure import fusion
 from meta_rules.rule_sets import TargetLike, check_variant
 
+from relay_ext.lowering.config import pass_config
+from relay_ext.lowering.prefold import prefold_or_keep
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.report.layout_transforms import LayoutTransformCount, layout_transforms_of_module
@@ -129,6 +131,9 @@ def fusion_report(
     """
     variants = [check_variant(v) for v in variants]
     target = normalize_target(target)
+    # the Relay-level folding is the variants' alike (they differ in their TE->TIR converter):
+    # done once here, every extraction and the layout count start from it
+    mod, params = prefold_or_keep(mod, params, target, pass_config(variants[0]))
     per_variant = {v: _tasks(mod, params, target, v) for v in variants}
     tasks = per_variant[variants[0]]
     for variant, others in per_variant.items():
