@@ -149,10 +149,12 @@ def slow_conv_database(model, target):
     (the same every run), and a database whose only record is a deliberately slow schedule of it
     (the loops in reverse order: reduction outermost, no vectorization, no parallel loop),
     claiming 1 ns."""
+    from relay_ext.latency.layer_pairing import conv_signature
     from relay_ext.lowering.tasks import extract_tasks
 
     tasks = extract_tasks(model.mod, model.params, target)
-    task = max((t for t in tasks if "conv2d" in t.task_name), key=lambda t: t.task_name)
+    # a conv of the network, not its classifier run as a 1x1 conv (targets without VNNI)
+    task = max((t for t in tasks if conv_signature(t) is not None), key=lambda t: t.task_name)
     database = ms.database.MemoryDatabase()
     workload = database.commit_workload(task.dispatched[0])
     slow = tir.Schedule(task.dispatched[0])

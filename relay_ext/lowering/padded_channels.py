@@ -23,10 +23,11 @@ weights or with groups, an op that takes the tensor as a divisor) still gets the
 sliced where it reads them. Per-channel constants are padded by repeating their last channel,
 so that no op sees a value the model's own channels would not.
 
-Where the next conv reads the tensor twice, concatenated (the saturation-free split of targets
-without VNNI, :mod:`relay_ext.lowering.x86.saturation_free_int8`), nothing changes: it would
-read 64 channels for 48, and MobileNetV2's no-search build for ``core-avx2`` measured 1.035x
-slower that way, against 0.94-0.96x faster on the VNNI and AMX targets (docs/cpu.md).
+Where the next conv reads the tensor twice, concatenated (the saturation-free split that
+non-``NCHW`` convs of targets without VNNI get, :mod:`relay_ext.lowering.x86.saturation_free_int8`),
+nothing changes: it would read 64 channels for 48, and MobileNetV2's no-search build for
+``core-avx2`` measured 1.035x slower that way when its convs had that form. The int16 convs of
+those targets (``NCHW``) read the padded tensor widened, as any conv reads it.
 
 Applied by :func:`relay_ext.lowering.prefold.prefold` after Relay's legalization (the weights
 are constants then) and before ``AlterOpLayout``; task extraction prefolds as the build does

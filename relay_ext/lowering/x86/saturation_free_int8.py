@@ -11,9 +11,12 @@ built for ``llvm -mcpu=core-avx2``, gets most of its outputs wrong by thousands 
 (``reduce_range``); PT2E programs from ``X86InductorQuantizer`` and ONNX Runtime's QDQ models use
 all 8, and their untuned TVM builds on AVX2 would be many output steps from the programs.
 
-Where this can happen, :func:`install` splits the weights in two halves that cannot saturate,
-``w = (w >> 1) + (w - (w >> 1))`` (both in [-64, 64]), and makes them one convolution over twice
-the input channels, the activation read twice::
+Where this can happen, :func:`install` makes a non-grouped ``NCHW`` conv, and every 2-D
+``qnn.dense``, an int16 conv (:mod:`.int16_pair_conv`: operands widened to 16 bits, multiplied
+with ``vpmaddwd``: exact, half the multiply work of the split below). For the other layouts it
+splits the weights in two halves that cannot saturate, ``w = (w >> 1) + (w - (w >> 1))``
+(both in [-64, 64]), and makes them one convolution over twice the input channels, the
+activation read twice::
 
     qnn.conv2d(x, w, zx, 0)  ->  qnn.conv2d(concat(x, x), concat(w >> 1, w - (w >> 1)), zx, 0)
 
@@ -31,9 +34,10 @@ untuned build, MetaSchedule's task extraction and the tuned build all see it; it
 * for a ``qnn.conv2d`` whose weights could saturate: some output channel with two weights whose
   positive parts (or negative parts) add up to more than 128 in magnitude (whatever the pairing;
   a model whose constant weights are quantized to 7 bits keeps its single conv);
-* for ``qnn.dense`` and grouped or depthwise convs only where MetaSchedule's AVX-512 dot product
-  may be used (``avx512bw`` without VNNI): TOPI's untuned dense, grouped and depthwise int8 ops
-  are exact on these targets.
+* for grouped or depthwise convs only where MetaSchedule's AVX-512 dot product may be used
+  (``avx512bw`` without VNNI): TOPI's untuned grouped and depthwise int8 ops are exact on these
+  targets. TOPI's untuned int8 dense is exact too, but slow there: every ``qnn.dense`` of 2-D data
+  on these targets is the int16 conv.
 
 Weights that are not a constant when QNN is legalized (parameters bound later, a weight computed
 by ops) are split with Relay ops (``right_shift``, ``subtract``, ``bitwise_and``), which constant
@@ -50,6 +54,8 @@ from tvm import relay
 from tvm.relay.qnn.op import legalizations
 from tvm.target import Target
 from tvm.target.codegen import target_has_features
+
+from relay_ext.lowering.x86 import int16_pair_conv
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +136,13 @@ def _relay_high_low(kernel: relay.Expr) -> tuple[relay.Expr, relay.Expr]:
 def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay.Expr]):
     original = _originals[op]
     groups = int(attrs.groups) if op == "conv2d" else 1
+    target = Target.current(allow_none=True)
+    if op == "dense" and multiplies_with_pmaddubsw(target) and len(types[0].shape) == 2:
+        # Exact, and far faster than TOPI's untuned int8 dense without VNNI (docs/cpu.md).
+        return int16_pair_conv.int16_dense(*inputs[:4], int(types[1].shape[0]))
     # TOPI's grouped and depthwise int8 convs do not use vpmaddubsw (exact on AVX2, tested); like
     # dense, they are split only where MetaSchedule's AVX-512 dot product may be used.
-    if not multiplies_with_pmaddubsw(Target.current(allow_none=True), op if groups == 1 else "dense"):
+    if not multiplies_with_pmaddubsw(target, op if groups == 1 else "dense"):
         return original(attrs, inputs, types)
     # TVM's own legalization first: uint8 data and int8 weights (each shifted by 128 if need be).
     legal = legalizations.helper_change_dtypes_to_uint8_int8(attrs, inputs, types, relay_op)
@@ -143,6 +153,11 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
         return legal
     # Weights that could saturate, or that this pass cannot see yet (parameters not bound, a
     # weight computed by ops): split, exact in either case.
+    if op == "conv2d" and groups == 1 and (str(attrs.data_layout), str(attrs.kernel_layout)) == (
+            "NCHW", "OIHW"):
+        logger.debug("qnn.conv2d %s on int16 pairs: its uint8 x int8 pairs could saturate vpmaddubsw",
+                     types[1].shape)
+        return int16_pair_conv.int16_conv(*inputs[:4], attrs)
     new_attrs = {key: attrs[key] for key in attrs.keys()}
     logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
                  op, types[1].shape)

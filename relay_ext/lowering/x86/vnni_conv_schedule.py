@@ -76,17 +76,22 @@ def block_width(out_width: int, oc_bn: int, limit: int = MAX_ACCUMULATORS) -> in
 
 def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                                   kernel_vec: te.Tensor, conv_out: te.Tensor,
-                                  last: te.Tensor) -> te.Schedule:
+                                  last: te.Tensor, lanes: int = INT32_LANES,
+                                  intrin: Optional[Any] = None,
+                                  columns: Optional[int] = None) -> te.Schedule:
     """TOPI's ``schedule_conv_NCHWc_cpu_common_int8`` (k x k kernels) with the conv computed per
-    block of :func:`block_width` output columns: that many independent VNNI accumulators."""
-    # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements
+    block of :func:`block_width` output columns: that many independent VNNI accumulators.
+    ``lanes``, ``intrin`` and ``columns`` (default: 16, TOPI's VNNI dot product, the block width)
+    give the same schedule another tensor intrinsic (the int16 convs of
+    :mod:`.int16_pair_conv`)."""
+    # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements,too-many-arguments
     from tvm.topi.utils import get_const_tuple
     from tvm.topi.x86.tensor_intrin import dot_16x1x16_uint8_int8_int32
 
     unroll_kw = cfg["unroll_kw"]
     unroll_kw = bool(unroll_kw if isinstance(unroll_kw, (int, bool)) else unroll_kw.val)
     _, _, _, out_width, oc_bn = get_const_tuple(conv_out.shape)
-    reg_n = block_width(out_width, oc_bn)
+    reg_n = columns if columns is not None else block_width(out_width, oc_bn)
 
     # padding, and the layout transforms that only TOPI's own tests leave in the graph: as TOPI
     if isinstance(s[data_vec].op, te.tensor.ComputeOp) and "pad" in data_vec.op.tag:
@@ -123,7 +128,7 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     _, oc_chunk, oh, ow, oc_block = s[accumulate].op.axis
     kh, kw, ic_outer, ic_f_inner, ic_s_inner = s[accumulate].op.reduce_axis
     ow_chunk, ow_block = s[accumulate].split(ow, factor=reg_n)
-    oc_f_inner, oc_s_inner = s[accumulate].split(oc_block, factor=INT32_LANES)
+    oc_f_inner, oc_s_inner = s[accumulate].split(oc_block, factor=lanes)
     if unroll_kw:
         s[accumulate].reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, ic_f_inner, kw, ow_block,
                               oc_f_inner, oc_s_inner, ic_s_inner)
@@ -131,7 +136,7 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     else:
         s[accumulate].reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, kw, ic_f_inner, ow_block,
                               oc_f_inner, oc_s_inner, ic_s_inner)
-    s[accumulate].tensorize(oc_s_inner, dot_16x1x16_uint8_int8_int32())
+    s[accumulate].tensorize(oc_s_inner, intrin if intrin is not None else dot_16x1x16_uint8_int8_int32())
     s[accumulate].unroll(ow_block)
     s[accumulate].unroll(oc_f_inner)
 

@@ -21,7 +21,7 @@ Each of those modules only installs itself; this is the one place that installs 
 from __future__ import annotations
 
 from relay_ext.lowering.x86 import (amx_layout, blocked_layout, dense_units_padding,
-                                   saturation_free_int8, vnni_conv_schedule, vnni_intrinsics)
+                                   int16_pair_conv, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics)
 
 
 def install() -> bool:
@@ -31,5 +31,6 @@ def install() -> bool:
     amx_layout.install()  # and every one that may use AMX: the layout it needs
     blocked_layout.install()  # and every quantized depthwise conv: the int8 convs' block
     saturation_free_int8.install()  # and every one that may multiply with vpmaddubsw
+    int16_pair_conv.install()  # and the int16 convs it hands the ones that could saturate
     dense_units_padding.install()  # after it: it wraps the dense legalization just installed
     return vnni_intrinsics.install()

@@ -94,8 +94,9 @@ def test_a_residual_add_runs_padded_and_other_readers_get_the_model_channels():
 
 
 def test_the_saturation_free_split_keeps_reading_the_model_channels():
-    """On AVX2 the next conv reads its input twice (concatenated) with weights computed from
-    constants: padded, it would read 64 channels for 48 (measured slower), so it is left alone."""
+    """A conv that reads its input twice (concatenated: the split of non-NCHW convs without VNNI)
+    with weights computed from constants: padded, it would read 64 channels for 48 (measured
+    slower), so it is left alone."""
     x = relay.var("x", shape=(1, 16, 8, 8), dtype="uint8")
     q = _requantize(_legalized_conv(x, 24, 16), 24)
     weight = relay.const(RNG.integers(-128, 128, (16, 24, 1, 1), dtype=np.int8))

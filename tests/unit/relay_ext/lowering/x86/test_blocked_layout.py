@@ -60,12 +60,7 @@ def test_a_mobilenet_v2_block_has_no_copy_between_convs(mobilenet_block, target)
     assert count.at_input == 1
 
 
-AVX2_SLICED = ("without VNNI the next conv reads its input twice (the saturation-free split): "
-               "padded, 64 channels for 48, measured slower; the slice stays (docs/cpu.md)")
-
-
-@pytest.mark.parametrize("target", [pytest.param(
-    AVX2, marks=pytest.mark.xfail(strict=True, reason=AVX2_SLICED)), VNNI, AMX])
+@pytest.mark.parametrize("target", [AVX2, VNNI, AMX])
 def test_padded_output_channels_need_no_copy_between_convs(mobilenet_24_channels, target):
     """The 24 channels stay padded to 32 up to the next conv (relay_ext.lowering.padded_channels):
     no slice in the flat layout and re-blocking by 8 or 12 in between."""
@@ -96,8 +91,7 @@ def test_the_depthwise_block_leaves_outputs_unchanged(mobilenet_block, monkeypat
 
 # The built-ins at 224x224 whose copies between convs remain: the AMX layout and, without VNNI,
 # MobileNetV2's 24-channel stage (above).
-_REMAINING = {("resnet18", AMX): AMX_COPIES, ("resnet50", AMX): AMX_COPIES,
-              ("mobilenet_v2", AVX2): AVX2_SLICED}
+_REMAINING = {("resnet18", AMX): AMX_COPIES, ("resnet50", AMX): AMX_COPIES}
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """relay_ext/lowering/x86/saturation_free_int8.py: uint8 x int8 convs exact on x86 without VNNI.
 
-Without the split, TOPI's conv for ``llvm -mcpu=core-avx2`` multiplies with ``vpmaddubsw`` and a
-random full-range conv had 94% of its outputs wrong (PT2E classic CNNs 15-26 steps off).
+Without it, TOPI's conv for ``llvm -mcpu=core-avx2`` multiplies with ``vpmaddubsw`` and a
+random full-range conv had 94% of its outputs wrong (PT2E classic CNNs 15-26 steps off). An NCHW
+conv becomes an int16 conv (tests/unit/relay_ext/lowering/x86/test_int16_pair_conv.py); the
+weight split this file tests is what other layouts and grouped convs get.
 """
 
 import numpy as np
@@ -51,7 +53,7 @@ def test_can_saturate_reads_the_output_axis():
 
 
 def _conv(data_dtype="uint8", kernel_dtype="int8", channels=(16, 16), groups=1, weights=None,
-          zero_points=(3, 0), seed=0):
+          zero_points=(3, 0), seed=0, nhwc=False):
     generator = np.random.default_rng(seed)
     cin, cout = channels
     info_d, info_k = np.iinfo(data_dtype), np.iinfo(kernel_dtype)
@@ -60,9 +62,16 @@ def _conv(data_dtype="uint8", kernel_dtype="int8", channels=(16, 16), groups=1, 
         weights = generator.integers(info_k.min, info_k.max + 1, (cout, cin // groups, 3, 3)).astype(kernel_dtype)
     var = relay.var("data", shape=data.shape, dtype=data_dtype)
     zx, zw = zero_points
-    body = relay.qnn.op.conv2d(var, relay.const(weights), relay.const(zx), relay.const(zw), relay.const(0.5),
-                               relay.const(0.25), kernel_size=(3, 3), channels=cout, padding=(1, 1),
-                               groups=groups, out_dtype="int32")
+    layouts = {}
+    if nhwc:
+        var = relay.var("data", shape=data.transpose(0, 2, 3, 1).shape, dtype=data_dtype)
+        layouts = dict(data_layout="NHWC", kernel_layout="HWIO")
+    body = relay.qnn.op.conv2d(var, relay.const(weights.transpose(2, 3, 1, 0) if nhwc else weights),
+                               relay.const(zx), relay.const(zw), relay.const(0.5), relay.const(0.25),
+                               kernel_size=(3, 3), channels=cout, padding=(1, 1), groups=groups,
+                               out_dtype="int32", **layouts)
+    if nhwc:
+        body = relay.transpose(body, (0, 3, 1, 2))
     mod = tvm.IRModule.from_expr(relay.Function([var], body))
     # The exact result in numpy: padding is with the input zero point, as QNN pads.
     padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (1, 1), (1, 1)))
@@ -75,7 +84,7 @@ def _conv(data_dtype="uint8", kernel_dtype="int8", channels=(16, 16), groups=1, 
             for j in range(3):
                 window = padded[0, g * per_group_in:(g + 1) * per_group_in, i:i + 7, j:j + 7]
                 expected[0, o] += np.einsum("chw,c->hw", window, kernel[o, :, i, j])
-    return mod, data, expected
+    return mod, (data.transpose(0, 2, 3, 1) if nhwc else data), expected
 
 
 def _reductions(mod: tvm.IRModule, target: str, op: str) -> list:
@@ -85,18 +94,20 @@ def _reductions(mod: tvm.IRModule, target: str, op: str) -> list:
         legal = relay.transform.InferType()(relay.qnn.transform.Legalize()(relay.transform.InferType()(mod)))
     found = []
     relay.analysis.post_order_visit(
-        legal["main"], lambda e: found.append(int(e.args[1].checked_type.shape[1]))
+        legal["main"], lambda e: found.append(int(e.args[1].checked_type.shape[str(e.attrs.kernel_layout).index("I")]))
         if isinstance(e, relay.Call) and getattr(e.op, "name", "") == op else None)
     return found
 
 
-def test_a_saturating_conv_becomes_one_conv_over_twice_the_channels_only_without_vnni():
+def test_a_saturating_nhwc_conv_becomes_one_conv_over_twice_the_channels_only_without_vnni():
     sat.install()
-    mod, _, _ = _conv()
+    mod, _, _ = _conv(nhwc=True)
     assert _reductions(mod, AVX2, "qnn.conv2d") == [32]
     assert _reductions(mod, AVX512_NO_VNNI, "qnn.conv2d") == [32]
     assert _reductions(mod, VNNI, "qnn.conv2d") == [16]
     assert _reductions(mod, "llvm -mcpu=cascadelake -mattr=-avx512vnni", "qnn.conv2d") == [32]
+    nchw, _, _ = _conv()  # an NCHW conv: an int16 conv instead (no qnn.conv2d left)
+    assert _reductions(nchw, AVX2, "qnn.conv2d") == [] and _reductions(nchw, VNNI, "qnn.conv2d") == [16]
 
 
 def test_grouped_convs_and_weight_zero_points_take_two_convs():
@@ -104,7 +115,7 @@ def test_grouped_convs_and_weight_zero_points_take_two_convs():
     grouped, _, _ = _conv(channels=(16, 16), groups=2)
     assert _reductions(grouped, AVX512_NO_VNNI, "qnn.conv2d") == [8, 8]
     assert _reductions(grouped, AVX2, "qnn.conv2d") == [8]  # TOPI's grouped int8 conv is exact there
-    zero_point, _, _ = _conv(kernel_dtype="uint8", zero_points=(0, 131))
+    zero_point, _, _ = _conv(kernel_dtype="uint8", zero_points=(0, 131), nhwc=True)
     assert _reductions(zero_point, AVX2, "qnn.conv2d") == [16, 16]
 
 
@@ -124,6 +135,8 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     dict(channels=(16, 16), groups=16),                  # depthwise
     dict(channels=(16, 16), groups=2),                   # grouped: two convs added
     dict(channels=(3, 8)),                               # a stem: 3 input channels, padded by TVM
+    dict(nhwc=True),                                     # NHWC: one conv over twice the channels
+    dict(kernel_dtype="uint8", zero_points=(0, 131), nhwc=True),  # NHWC, two convs added
 ])
 @pytest.mark.parametrize("opt_level", [2, 3])  # 3: FoldScaleAxis, which folds constant multiplies into weights
 def test_untuned_avx2_conv_is_exact(case, opt_level):
@@ -136,10 +149,11 @@ def test_untuned_avx2_conv_is_exact(case, opt_level):
 @_runs_here(AVX2)
 def test_weights_bound_as_parameters_are_split_too():
     """A weight that is a parameter when QNN is legalized (bound later) is split with Relay ops."""
-    mod, data, expected = _conv()
-    call = mod["main"].body
+    mod, data, expected = _conv(nhwc=True)
+    call = mod["main"].body.args[0]  # the conv, under the transpose back to NCHW
     weight = relay.var("weight", shape=call.args[1].data.shape, dtype="int8")
     body = relay.qnn.op.conv2d(call.args[0], weight, *call.args[2:], **{k: call.attrs[k] for k in call.attrs.keys()})
+    body = relay.transpose(body, (0, 3, 1, 2))
     var_mod = tvm.IRModule.from_expr(relay.Function(list(mod["main"].params) + [weight], body))
     assert _reductions(var_mod, AVX2, "qnn.conv2d") == [32]
     built = compile(var_mod, {"weight": call.args[1].data}, AVX2, schedule="default", opt_level=2)
@@ -152,7 +166,7 @@ def test_task_extraction_sees_the_split():
     from tvm import meta_schedule as ms
 
     sat.install()
-    mod, _, _ = _conv()
+    mod, _, _ = _conv(nhwc=True)
     with tvm.transform.PassContext(opt_level=3):
         tasks = ms.relay_integration.extract_tasks(mod, tvm.target.Target(f"{AVX2} -num-cores 2"), {})
     convs = [task for task in tasks if "conv2d" in task.task_name]

@@ -1,0 +1,311 @@
+"""Exact uint8 x int8 convolutions without VNNI: int16 operands, ``vpmaddwd`` on pairs of channels.
+
+Without VNNI, TOPI's int8 conv multiplies with ``vpmaddubsw``, whose 16-bit pair sums can
+saturate (:mod:`.saturation_free_int8`). Where they could, QNN's x86 legalization hands a
+(non-grouped, ``NCHW``/``OIHW``) ``qnn.conv2d`` to :func:`int16_conv` instead, which computes the
+same int32 sum with both operands shifted by their zero points and widened to int16::
+
+    qnn.conv2d(x, w, zx, zw)  ->  nn.conv2d(int16(x) - zx, int16(w) - zw, out_dtype="int32")
+
+Every operand then lies in [-255, 255], so ``vpmaddwd`` (two int16 products summed in 32 bits)
+is exact, and its multiplier work per product is that of ``vpmaddubsw`` + ``vpmaddwd``: half
+the work of splitting the weights in two halves (the other exact form, which doubles the
+reduction). The weights are widened once, when they are folded; the activation is widened where
+the conv reads it.
+
+Three hooks of TVM's x86 lowering see the int16 conv through (:func:`install`), each calling
+TVM's own function for every other conv:
+
+* the ``nn.conv2d`` legalization pads its channels as TVM pads int8 ones (input channels to a
+  multiple of 4, output channels to 16, sliced back), so it gets the int8 convs' blocks;
+* the layout pass makes it ``nn.contrib_conv2d_NCHWc`` in the int8 convs' data layout
+  (``NCHW16c`` between convs), its weights in pairs of input channels (``OIHW{ic/2}i16o2i``);
+* the ``conv2d_NCHWc`` strategy gives it TOPI's NCHWc int8 compute with pairs
+  (``n_elems=2``), TOPI's 1x1 int8 schedule and the column-block k x k one of
+  :mod:`.vnni_conv_schedule`, both with :func:`pmaddwd_intrinsic` (16 or 8 output channels per
+  instruction: AVX-512BW or AVX2) and the register tile of :func:`register_tile`; the widening
+  of the activation is done once, in parallel, before the conv.
+
+:func:`int16_dense` gives a ``qnn.dense`` the same conv (1x1): TOPI's int8 dense without VNNI
+is exact but slow (docs/cpu.md).
+
+MetaSchedule tunes the same compute (its own schedules, no tensor intrinsic for it); untuned
+tasks take the TOPI schedule above.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Optional
+
+import tvm
+from tvm import relay, te
+from tvm.target import Target
+
+from relay_ext.lowering.x86 import vnni_conv_schedule
+
+logger = logging.getLogger(__name__)
+
+INT16 = "int16"
+PAIR = 2  # int16 products vpmaddwd sums into one 32-bit lane
+IN_CHANNEL_MULTIPLE = 4  # input channels padded as TVM pads int8 convs' (the blocks stay alike)
+OUT_CHANNEL_BLOCK = 16  # output channel block of TVM's int8 convs on x86
+# Accumulator vectors a register tile keeps live: the vector registers (16 ymm with AVX2, 32 zmm
+# with AVX-512) less the broadcast input and the weight vectors the tile reads (ResNet-18 on AVX2:
+# 14 ran 1.06x the time of 12, 8 alike; docs/BENCHMARKS.md).
+ACCUMULATORS = {8: 12, 16: 24}
+
+_originals: Dict[str, Callable[..., Any]] = {}
+
+
+def int16_conv(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
+               kernel_zero_point: relay.Expr, attrs) -> relay.Expr:
+    """The int32 result of ``qnn.conv2d(data, kernel, zero points, attrs)`` (groups 1, ``NCHW`` /
+    ``OIHW``) as an ``nn.conv2d`` of int16 operands with their zero points subtracted: padding
+    with zeros then is padding with the zero point."""
+    return _conv16(data, kernel, input_zero_point, kernel_zero_point, strides=attrs.strides,
+                   padding=attrs.padding, dilation=attrs.dilation, channels=attrs.channels,
+                   kernel_size=attrs.kernel_size)
+
+
+def int16_dense(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
+                kernel_zero_point: relay.Expr, units: int) -> relay.Expr:
+    """The int32 result of ``qnn.dense(data[B, K], kernel[units, K], zero points)`` as a 1x1
+    :func:`int16_conv` over ``[B, K, 1, 1]``, reshaped back to ``[B, units]``. Where ``data`` is
+    a ``[B, K, 1, 1]`` tensor flattened (a classifier after its global pool), the conv reads that
+    tensor itself: in the convs' blocked layout, with no layout copy before it."""
+    conv = _conv16(_as_nchw_column(data), relay.expand_dims(kernel, 2, 2),
+                   input_zero_point, kernel_zero_point, channels=units, kernel_size=(1, 1))
+    return relay.reshape(conv, (0, units))
+
+
+_FLATTENING = ("reshape", "squeeze", "nn.batch_flatten")
+
+
+def _as_nchw_column(data: relay.Expr) -> relay.Expr:
+    """``data[B, K]`` as ``[B, K, 1, 1]``: the tensor it was flattened from (the first one of
+    that shape below every reshape of it), or expanded."""
+    column, expr = None, data
+    while isinstance(expr, relay.Call) and getattr(expr.op, "name", "") in _FLATTENING:
+        expr = expr.args[0]
+        shape = _shape(expr)
+        if shape is not None and len(shape) == 4 and shape[2:] == [1, 1]:
+            column = expr
+    return column if column is not None else relay.expand_dims(data, 2, 2)
+
+
+def _shape(expr: relay.Expr) -> Optional[list]:
+    try:
+        return [int(extent) for extent in expr.checked_type.shape]
+    except (ValueError, TypeError, AttributeError):  # not type-checked yet, or a dynamic shape
+        return None
+
+
+def _conv16(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
+            kernel_zero_point: relay.Expr, **conv_attrs) -> relay.Expr:
+    data16 = relay.subtract(relay.cast(data, INT16), relay.cast(input_zero_point, INT16))
+    # A scalar or per-output-channel zero point, broadcast along O of OIHW either way.
+    kernel_zero = relay.reshape(relay.cast(kernel_zero_point, INT16), (-1, 1, 1, 1))
+    kernel16 = relay.subtract(relay.cast(kernel, INT16), kernel_zero)
+    return relay.nn.conv2d(data16, kernel16, groups=1, data_layout="NCHW", kernel_layout="OIHW",
+                           out_dtype="int32", **conv_attrs)
+
+
+def is_int16_conv(data_dtype: str, kernel_dtype: str, target: Optional[Target] = None) -> bool:
+    """Whether a conv's operands are the int16 pair this module compiles for ``target`` (default:
+    the current one): an llvm target with AVX2 or AVX-512BW. TVM's own QNN lowering for a target
+    without fast int8 (plain ``llvm``) makes int16 convs too; those keep TVM's path."""
+    if str(data_dtype) != INT16 or str(kernel_dtype) != INT16:
+        return False
+    target = target if target is not None else Target.current(allow_none=True)
+    return target is not None and target.kind.name == "llvm" and _lanes(target) in (8, 16)
+
+
+def pmaddwd_intrinsic(lanes: int) -> tvm.te.TensorIntrin:
+    """``out[i] += a[0] * b[i, 0] + a[1] * b[i, 1]`` for ``i < lanes`` (int16 in, int32 out), one
+    ``vpmaddwd`` (``lanes`` 8: AVX2, 16: AVX-512BW) and one vector add."""
+    vector = {8: ("llvm.x86.avx2.pmadd.wd", 256), 16: ("llvm.x86.avx512.pmaddw.d.512", 512)}
+    if lanes not in vector:
+        raise ValueError(f"vpmaddwd has 8 (AVX2) or 16 (AVX-512BW) int32 lanes, not {lanes}")
+    llvm_name, bits = vector[lanes]
+    pairs = te.placeholder((PAIR,), dtype=INT16, name="pairs")
+    weights = te.placeholder((lanes, PAIR), dtype=INT16, name="weights")
+    k = te.reduce_axis((0, PAIR), name="k")
+    out = te.compute((lanes,), lambda i: te.sum(
+        pairs[k].astype("int32") * weights[i, k].astype("int32"), axis=k), name="out")
+    pairs_buffer = tvm.tir.decl_buffer(pairs.shape, INT16, name="pairs_buffer", offset_factor=1,
+                                       strides=[1])
+    weights_buffer = tvm.tir.decl_buffer(weights.shape, INT16, name="weights_buffer",
+                                         offset_factor=1, strides=[te.var("ldw"), 1])
+    int32s, int16s = f"int32x{lanes}", f"int16x{bits // 16}"
+
+    def body(ins, outs):
+        def emit(kind: str):
+            builder = tvm.tir.ir_builder.create()
+            if kind == "reset":
+                builder.emit(outs[0].vstore(0, tvm.tir.const(0, int32s)))
+                return builder.get()
+            pair = tvm.tir.call_intrin("int32", "tir.reinterpret", ins[0].vload([0], "int16x2"))
+            broadcast = tvm.tir.call_intrin(int16s, "tir.reinterpret", pair.astype(int32s))
+            product = tvm.tir.call_llvm_pure_intrin(
+                int32s, llvm_name, tvm.tir.const(2, "uint32"), broadcast,
+                ins[1].vload([0, 0], int16s))
+            if kind == "update":
+                product = product + outs[0].vload([0], int32s)
+            builder.emit(outs[0].vstore(0, product))
+            return builder.get()
+
+        return emit("body"), emit("reset"), emit("update")
+
+    return te.decl_tensor_intrin(out.op, body, binds={pairs: pairs_buffer, weights: weights_buffer},
+                                 default_buffer_params={"offset_factor": 1})
+
+
+def _lanes(target: Optional[Target]) -> int:
+    from tvm.target.x86 import get_simd_32bit_lanes  # pylint: disable=import-outside-toplevel
+
+    with target if target is not None else tvm.target.Target("llvm"):
+        return get_simd_32bit_lanes()
+
+
+def conv2d_nchwc_int16(data: te.Tensor, kernel: te.Tensor, strides, padding, dilation,
+                       layout: str, out_layout: str, out_dtype: str = "int32") -> te.Tensor:
+    """TOPI's NCHWc int8 conv compute on int16 operands, input channels in pairs (weights
+    ``OIHW{ic/2}i{oc}o2i``)."""
+    from tvm import topi  # pylint: disable=import-outside-toplevel
+
+    return topi.nn.conv2d_NCHWc_int8(data, kernel, strides, padding, dilation, layout, out_layout,
+                                     out_dtype, n_elems=PAIR)
+
+
+def register_tile(columns: int, rows: int, vectors_per_column: int, lanes: int) -> tuple[int, int]:
+    """(rows, columns) of outputs a register tile holds: the most columns dividing ``columns``
+    whose accumulators (``vectors_per_column`` each) fit :data:`ACCUMULATORS`, then as many rows
+    dividing ``rows`` as still fit."""
+    budget = ACCUMULATORS.get(lanes, 12) // max(vectors_per_column, 1)
+    width = max(n for n in range(1, columns + 1) if columns % n == 0 and n <= max(budget, 1))
+    height = max(n for n in range(1, rows + 1) if rows % n == 0 and n * width <= max(budget, 1))
+    return height, width
+
+
+def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
+    """TOPI's x86 int8 conv schedules (1x1 and k x k) with :func:`pmaddwd_intrinsic`, the register
+    tile of :func:`register_tile`, and the operand widening computed once, in parallel."""
+    from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity  # pylint: disable=import-outside-toplevel
+    from tvm.topi.generic import conv2d as generic_conv2d  # pylint: disable=import-outside-toplevel
+    from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel
+
+    outs = [outs] if isinstance(outs, te.Tensor) else outs
+    schedule = te.create_schedule([x.op for x in outs])
+    lanes = _lanes(Target.current(allow_none=True))
+
+    def callback(op):
+        if "conv2d_NCHWc_int8" not in op.tag:
+            return
+        conv = op.output(0)
+        data_vec, kernel_vec = conv.op.input_tensors
+        _widen_once(schedule, data_vec)
+        _, _, kh, kw, _, oc_bn, _ = get_const_tuple(kernel_vec.shape)
+        _, _, oh, ow, _ = get_const_tuple(conv.shape)
+        rows, columns = register_tile(ow, oh if (kh, kw) == (1, 1) else 1, oc_bn // lanes, lanes)
+        args = (schedule, None, data_vec, kernel_vec, conv, outs[0])
+        if (kh, kw) == (1, 1):
+            cfg = {"tile_oh": OtherOptionEntity(rows), "tile_ow": SplitEntity([ow // columns, columns])}
+            generic_conv2d.schedule_conv_NCHWc_cpu_1x1_int8(
+                *args[:1], cfg, *args[2:], int32_lanes=lanes, int8_elems=PAIR,
+                intrin=pmaddwd_intrinsic(lanes))
+        else:  # computed per block of columns, not per column of the fused epilogue (TOPI's)
+            vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
+                *args[:1], {"unroll_kw": True}, *args[2:], lanes=lanes,
+                intrin=pmaddwd_intrinsic(lanes), columns=columns)
+
+    traverse_inline(schedule, outs[0].op, callback)
+    return schedule
+
+
+def _widen_once(schedule: te.Schedule, data_vec: te.Tensor) -> None:
+    """The conv's input stages before it (the widening and zero-point shift Relay fused in, a zero
+    pad): one stage, all its outer loops in parallel, the channel block vectorized."""
+    stage = data_vec
+    if "pad" in stage.op.tag:  # TOPI's schedule parallelises the pad; inline what feeds it
+        feeding = stage.op.input_tensors[0]
+        _inline_injective(schedule, feeding)
+        return
+    _inline_injective(schedule, stage, keep=True)
+
+
+def _inline_injective(schedule: te.Schedule, tensor: te.Tensor, keep: bool = False) -> None:
+    from tvm.topi import tag  # pylint: disable=import-outside-toplevel
+
+    if not isinstance(tensor.op, te.ComputeOp) or not tag.is_injective(tensor.op.tag):
+        return
+    for producer in tensor.op.input_tensors:
+        _inline_injective(schedule, producer)
+    if not keep:
+        schedule[tensor].compute_inline()
+        return
+    axes = list(schedule[tensor].op.axis)
+    if len(axes) >= 2:
+        schedule[tensor].parallel(schedule[tensor].fuse(*axes[:-1]))
+        schedule[tensor].vectorize(axes[-1])
+
+
+# --------------------------------------------------------------------------- TVM's x86 hooks
+
+
+def _legalize(attrs, inputs, arg_types):
+    from tvm.topi.generic.conv2d import conv2d_alter_int8_common  # pylint: disable=import-outside-toplevel
+
+    data_type, kernel_type, out_type = arg_types[0], arg_types[1], arg_types[2]
+    if not is_int16_conv(data_type.dtype, kernel_type.dtype):
+        return _originals["legalize"](attrs, inputs, arg_types)
+    return conv2d_alter_int8_common(inputs[0], data_type, inputs[1], kernel_type, out_type, attrs,
+                                    INT16, IN_CHANNEL_MULTIPLE, OUT_CHANNEL_BLOCK)
+
+
+def _alter_layout(attrs, inputs, tinfos, out_type):
+    data, kernel = tinfos
+    if not (is_int16_conv(data.dtype, kernel.dtype) and attrs["data_layout"] == "NCHW"
+            and attrs["kernel_layout"] == "OIHW" and int(attrs.groups) == 1):
+        return _originals["alter_layout"](attrs, inputs, tinfos, out_type)
+    in_channels, out_channels = int(data.shape[1]), int(kernel.shape[0])
+    if in_channels % PAIR or out_channels % OUT_CHANNEL_BLOCK:
+        return None  # channels not padded (a dilated conv): TOPI's NCHW conv, exact and slow
+    ic_bn = next(n for n in (16, 12, 8, 4, 2) if in_channels % n == 0)  # TOPI's int8 choice
+    new_attrs = {key: attrs[key] for key in attrs.keys()}
+    new_attrs["channels"] = out_channels
+    new_attrs["data_layout"] = f"NCHW{ic_bn}c"
+    new_attrs["kernel_layout"] = f"OIHW{ic_bn // PAIR}i{OUT_CHANNEL_BLOCK}o{PAIR}i"
+    new_attrs["out_layout"] = f"NCHW{OUT_CHANNEL_BLOCK}c"
+    return relay.nn.contrib_conv2d_nchwc(*inputs, **new_attrs)
+
+
+def _nchwc_strategy(attrs, inputs, out_type, target):
+    from tvm.relay.op import op as _op  # pylint: disable=import-outside-toplevel
+    from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule  # pylint: disable=import-outside-toplevel
+
+    data, kernel = inputs
+    if not (is_int16_conv(data.dtype, kernel.dtype, target) and len(kernel.shape) == 7):
+        return _originals["nchwc_strategy"](attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(
+        wrap_compute_conv2d(conv2d_nchwc_int16, need_data_layout=True, need_out_layout=True),
+        wrap_topi_schedule(schedule_conv2d_nchwc_int16), name="conv2d_NCHWc_int16_pairs.x86")
+    return strategy
+
+
+def install() -> None:
+    """Put the three hooks in place of TVM's for ``cpu`` targets (idempotent)."""
+    if _originals:
+        return
+    from tvm.relay.op.strategy import generic as generic_strategy  # pylint: disable=import-outside-toplevel
+    from tvm.relay.op.strategy import x86 as x86_strategy  # pylint: disable=import-outside-toplevel
+    from tvm.topi import nn as topi_nn  # pylint: disable=import-outside-toplevel
+    from tvm.topi.x86 import conv2d_alter_op  # pylint: disable=import-outside-toplevel
+
+    _originals["legalize"] = conv2d_alter_op._conv2d_legalize  # pylint: disable=protected-access
+    _originals["alter_layout"] = conv2d_alter_op._alter_conv2d_layout  # pylint: disable=protected-access
+    _originals["nchwc_strategy"] = x86_strategy.conv2d_NCHWc_strategy_cpu
+    topi_nn.conv2d_legalize.register("cpu", _legalize, override=True)
+    topi_nn.conv2d_alter_layout.register("cpu", _alter_layout, override=True)
+    generic_strategy.conv2d_NCHWc_strategy.register("cpu", _nchwc_strategy, override=True)

@@ -1,0 +1,198 @@
+"""relay_ext/lowering/x86/int16_pair_conv.py: exact int8 convs and dense without VNNI, on vpmaddwd.
+
+Each build is compared with the exact sum in numpy (QNN pads with the input zero point), and its
+code is read: ``vpmaddwd`` from the int16 conv, no ``vpmaddubsw`` (which could saturate).
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from relay_ext.build import compile
+from relay_ext.lowering import targets
+from relay_ext.lowering.x86 import int16_pair_conv, x86_codegen
+from relay_ext.measure.run import run_module
+from relay_ext.report.layout_transforms import layout_transforms_of_module
+
+AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
+AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
+
+
+def _runs_here(target: str):
+    missing = targets.missing_features(target)
+    return pytest.mark.skipif(bool(missing), reason=f"this host's OS does not enable {missing} ({target})")
+
+
+def _exact_conv(data, weights, zx, zw, stride, pad, dilation=1):
+    """sum((x - zx) * (w - zw)) over the window, the input padded with zx: what qnn.conv2d means."""
+    padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kernel = weights.astype(np.int64) - np.reshape(zw, (-1, 1, 1, 1))
+    k = weights.shape[2]
+    span = dilation * (k - 1) + 1
+    out_h = (data.shape[2] + 2 * pad - span) // stride + 1
+    out_w = (data.shape[3] + 2 * pad - span) // stride + 1
+    out = np.zeros((data.shape[0], weights.shape[0], out_h, out_w), np.int64)
+    for i in range(k):
+        for j in range(k):
+            top, left = i * dilation, j * dilation
+            window = padded[:, :, top:top + stride * out_h:stride, left:left + stride * out_w:stride]
+            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
+    return out
+
+
+CONVS = [
+    dict(cin=32, cout=64, k=1, size=14),                    # a 1x1 conv between int8 blocks
+    dict(cin=64, cout=128, k=1, size=14, stride=2),         # strided 1x1 (ResNet's downsample)
+    dict(cin=24, cout=40, k=1, size=7),                     # channels padded to 16 and sliced
+    dict(cin=3, cout=32, k=3, size=16, stride=2, pad=1),    # a stem: 3 input channels
+    dict(cin=64, cout=64, k=3, size=14, pad=1),             # 3x3, padding by the zero point
+    dict(cin=16, cout=16, k=3, size=7, pad=1, data_dtype="int8", zx=-5),  # int8 data
+    dict(cin=16, cout=32, k=1, size=7, kernel_dtype="uint8", zw=131),      # a weight zero point
+    dict(cin=16, cout=32, k=1, size=7, zw=np.arange(32) % 5 - 2),          # per-channel
+]
+
+
+def _conv_case(cin, cout, k, size, stride=1, pad=0, data_dtype="uint8", kernel_dtype="int8", zx=77,
+               zw=0, seed=0, dilation=1):
+    generator = np.random.default_rng(seed)
+    info_d, info_k = np.iinfo(data_dtype), np.iinfo(kernel_dtype)
+    data = generator.integers(info_d.min, info_d.max + 1, (1, cin, size, size)).astype(data_dtype)
+    weights = generator.integers(info_k.min, info_k.max + 1, (cout, cin, k, k)).astype(kernel_dtype)
+    var = relay.var("data", shape=data.shape, dtype=data_dtype)
+    zw_const = relay.const(np.asarray(zw, "int32"))
+    body = relay.qnn.op.conv2d(var, relay.const(weights), relay.const(zx), zw_const, relay.const(0.5),
+                               relay.const(np.full(cout, 0.25, "float32")) if np.ndim(zw) else relay.const(0.25),
+                               kernel_size=(k, k), channels=cout, strides=(stride, stride),
+                               padding=(pad, pad), dilation=(dilation, dilation), out_dtype="int32")
+    mod = tvm.IRModule.from_expr(relay.Function([var], body))
+    return mod, data, _exact_conv(data, weights, zx, zw, stride, pad, dilation)
+
+
+def _int16_convs(mod: tvm.IRModule, target: str) -> list:
+    """The ``nn.conv2d`` calls on int16 operands after QNN's legalization for ``target``."""
+    x86_codegen.install()
+    with tvm.target.Target(target):
+        legal = relay.transform.InferType()(relay.qnn.transform.Legalize()(relay.transform.InferType()(mod)))
+    found = []
+    relay.analysis.post_order_visit(legal["main"], lambda e: found.append(e) if isinstance(e, relay.Call)
+                                    and getattr(e.op, "name", "") == "nn.conv2d"
+                                    and e.args[0].checked_type.dtype == "int16" else None)
+    return found
+
+
+@pytest.mark.parametrize("target, int16", [(AVX2, True), (AVX512_NO_VNNI, True),
+                                           ("llvm -mcpu=cascadelake", False)])
+def test_a_conv_that_could_saturate_becomes_an_int16_conv_only_without_vnni(target, int16):
+    mod, _, _ = _conv_case(**CONVS[0])
+    assert len(_int16_convs(mod, target)) == (1 if int16 else 0)
+
+
+@_runs_here(AVX2)
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()
+                                                              if not isinstance(v, np.ndarray)))
+def test_untuned_avx2_conv_is_exact_and_multiplies_with_vpmaddwd(case):
+    mod, data, expected = _conv_case(**case)
+    built = compile(mod, {}, AVX2, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
+    asm = built.lib.get_lib().get_source("asm")
+    assert "vpmaddwd" in asm and "vpmaddubsw" not in asm
+
+
+@_runs_here(AVX2)
+@pytest.mark.parametrize("cin, cout", [(16, 32), (3, 24)])
+def test_a_dilated_conv_is_exact_whether_or_not_its_channels_fit_the_blocks(cin, cout):
+    """TVM pads no channels of a dilated conv: 16 -> 32 channels take the int16 NCHWc conv all
+    the same, 3 -> 24 (unpadded) TOPI's NCHW conv on int16."""
+    mod, data, expected = _conv_case(cin=cin, cout=cout, k=3, size=9, pad=2, dilation=2)
+    built = compile(mod, {}, AVX2, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected)
+
+
+@_runs_here(AVX512_NO_VNNI)
+def test_untuned_avx512_conv_without_vnni_is_exact_and_multiplies_with_vpmaddwd():
+    mod, data, expected = _conv_case(**CONVS[4])
+    built = compile(mod, {}, AVX512_NO_VNNI, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected)
+    asm = built.lib.get_lib().get_source("asm")
+    assert "zmm" in asm and "vpmaddwd" in asm and "vpmaddubsw" not in asm
+
+
+@_runs_here(AVX2)
+def test_a_dense_runs_as_a_1x1_int16_conv_and_is_exact():
+    generator = np.random.default_rng(3)
+    data = generator.integers(0, 256, (2, 160)).astype("uint8")
+    weights = generator.integers(-128, 128, (100, 160)).astype("int8")
+    var = relay.var("data", shape=data.shape, dtype="uint8")
+    body = relay.qnn.op.dense(var, relay.const(weights), relay.const(77), relay.const(0), relay.const(0.5),
+                              relay.const(0.25), units=100)
+    mod = tvm.IRModule.from_expr(relay.Function([var], body))
+    assert len(_int16_convs(mod, AVX2)) == 1
+    built = compile(mod, {}, AVX2, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, (data.astype(np.int64) - 77) @ weights.T.astype(np.int64))
+    assert "vpmaddwd" in built.lib.get_lib().get_source("asm")
+
+
+@_runs_here(AVX2)
+def test_weights_bound_as_parameters_are_widened_by_relay_ops():
+    mod, data, expected = _conv_case(**CONVS[4])
+    call = mod["main"].body
+    weight = relay.var("weight", shape=call.args[1].data.shape, dtype="int8")
+    body = relay.qnn.op.conv2d(call.args[0], weight, *call.args[2:], **{k: call.attrs[k] for k in call.attrs.keys()})
+    var_mod = tvm.IRModule.from_expr(relay.Function(list(mod["main"].params) + [weight], body))
+    assert len(_int16_convs(var_mod, AVX2)) == 1
+    built = compile(var_mod, {"weight": call.args[1].data}, AVX2, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected)
+
+
+def test_two_int16_convs_share_the_int8_block_no_layout_copy_between_them():
+    """The int16 conv takes the int8 convs' 16-channel blocks: nothing but the input's and the
+    output's layout transform around a chain of two."""
+    data = relay.var("data", shape=(1, 32, 14, 14), dtype="uint8")
+    generator = np.random.default_rng(0)
+
+    def conv(x, cin, cout):
+        w = relay.const(generator.integers(-128, 128, (cout, cin, 1, 1)).astype("int8"))
+        y = relay.qnn.op.conv2d(x, w, relay.const(3), relay.const(0), relay.const(0.5), relay.const(0.25),
+                                kernel_size=(1, 1), channels=cout)
+        return relay.qnn.op.requantize(y, relay.const(0.125), relay.const(0), relay.const(0.5),
+                                       relay.const(3), out_dtype="uint8")
+
+    mod = tvm.IRModule.from_expr(relay.Function([data], conv(conv(data, 32, 64), 64, 32)))
+    x86_codegen.install()
+    count = layout_transforms_of_module(mod, {}, tvm.target.Target(AVX2))
+    assert count.between_convs == 0, count.line()
+    assert len(_int16_convs(mod, AVX2)) == 2
+
+
+@pytest.mark.parametrize("columns, rows, vectors, lanes, tile", [
+    (56, 56, 2, 8, (1, 4)),     # AVX2: 12 accumulators, 2 vectors of 8 channels per column
+    (14, 14, 2, 8, (2, 2)),     # 1x1: rows fill what the columns leave (3 does not divide 14)
+    (7, 7, 2, 8, (1, 1)),       # no divisor of 7 between 1 and 6
+    (28, 28, 1, 16, (1, 14)),   # AVX-512: 24 accumulators of 16 channels
+])
+def test_register_tile_fits_the_accumulator_budget(columns, rows, vectors, lanes, tile):
+    height, width = int16_pair_conv.register_tile(columns, rows, vectors, lanes)
+    assert (height, width) == tile
+    assert height * width * vectors <= int16_pair_conv.ACCUMULATORS[lanes]
+
+
+def test_pmaddwd_intrinsic_needs_avx2_or_avx512_lanes():
+    with pytest.raises(ValueError, match="8 \\(AVX2\\) or 16"):
+        int16_pair_conv.pmaddwd_intrinsic(4)
+
+
+def test_a_target_without_fast_int8_keeps_tvms_own_int16_conv():
+    """Plain llvm: TVM's QNN lowering makes int16 convs of its own, which keep TVM's path (the
+    int16 intrinsic needs AVX2 or AVX-512BW lanes); the untuned build at opt level 3 is exact."""
+    assert not int16_pair_conv.is_int16_conv("int16", "int16", tvm.target.Target("llvm"))
+    assert int16_pair_conv.is_int16_conv("int16", "int16", tvm.target.Target(AVX2))
+    mod, data, expected = _conv_case(**CONVS[4])
+    built = compile(mod, {}, "llvm -num-cores 2", schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected)
