@@ -3,8 +3,8 @@
 A helper, not a script. Convolutions are matched by
 :data:`relay_ext.latency.layer_pairing.Signature` (input channels, output channels, kernel,
 stride, output height and width; a peer's channel counts as TVM's x86 int8 convolutions run them,
-:func:`~relay_ext.latency.layer_pairing.tvm_channels`: padded, and on a target without VNNI over
-twice the input channels; ``quantfuse profile`` pairs them the same way): a row sums every TVM
+:func:`~relay_ext.latency.layer_pairing.tvm_channels`: padded; ``quantfuse profile`` pairs
+them the same way): a row sums every TVM
 task and every peer layer with that signature. The rest is
 "everything else" per side; a peer convolution whose signature no TVM task has is counted in a
 row of its own, never silently in another.

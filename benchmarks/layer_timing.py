@@ -3,10 +3,10 @@ tasks (each timed alone, its record against TOPI's default schedule), PyTorch's 
 (forward hooks) and OpenVINO's executed nodes (its PERF_COUNT counters), each row with its
 convolution's signature, which benchmarks/layer_table.py matches across the sides.
 
-A peer's signature counts the channels as TVM's build for the same target runs the conv
+A peer's signature counts the channels as TVM's build runs the conv
 (:func:`relay_ext.latency.layer_pairing.peer_signature`, which ``quantfuse profile`` pairs with
-too; its module doc says why they differ from the network's). A conv TVM leaves whole shows in
-the table's row of peer convs with no TVM task of their shape, not in another conv's row."""
+too; its module doc says why they differ from the network's). A peer conv with no TVM task of
+its shape shows in a row of its own, not in another conv's row."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
-import tvm
 from tvm import meta_schedule as ms
 
 from meta_rules.base.tvm_errors import tvm_error_message
@@ -32,7 +31,7 @@ from relay_ext.frontend.eager_quantization import (QUANTIZATION_BACKEND, quantiz
 # the signatures and the kernel kind are the library's (quantfuse profile uses them too);
 # re-exported for the scripts
 from relay_ext.latency.layer_pairing import (conv_signature, kernel_kind,  # noqa: F401
-                                             openvino_rows, peer_signature, splits_input)
+                                             openvino_rows, peer_signature)
 from relay_ext.schedules.task_choice import has_record, time_task
 
 logger = logging.getLogger(__name__)
@@ -77,10 +76,9 @@ def pytorch_model(name: str, image_size: int, seed: int = frontend_models.DEFAUL
     return model, shape
 
 
-def pytorch_layers(name: str, image_size: int, threads: int, rounds: int,
-                   target: tvm.target.Target) -> Tuple[List[Dict], float]:
-    """Per leaf module: median ms per run (and its conv signature as TVM's build for ``target``
-    runs the conv, :func:`peer_signature`); and the model's median ms."""
+def pytorch_layers(name: str, image_size: int, threads: int, rounds: int) -> Tuple[List[Dict], float]:
+    """Per leaf module: median ms per run (and its conv signature as TVM's build runs the conv,
+    :func:`peer_signature`); and the model's median ms."""
     model, shape = pytorch_model(name, image_size)
     data = torch.randn(shape)
     times: Dict[str, List[float]] = collections.defaultdict(list)
@@ -97,7 +95,7 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int,
             signature = None
             if hasattr(mod, "kernel_size") and hasattr(mod, "out_channels"):
                 out = output.shape
-                signature = peer_signature(target, int(mod.in_channels), int(mod.out_channels),
+                signature = peer_signature(int(mod.in_channels), int(mod.out_channels),
                                            int(getattr(mod, "groups", 1)), int(mod.kernel_size[0]),
                                            int(mod.stride[0]), int(out[2]), int(out[3]))
             info[module_name] = {"kind": type(mod).__name__, "signature": signature}
@@ -133,10 +131,9 @@ def pytorch_layers(name: str, image_size: int, threads: int, rounds: int,
     return layers, statistics.median(whole)
 
 
-def openvino_column(model: str, image_size: int, threads: int, rounds: int,
-                    target: tvm.target.Target) -> Tuple[Dict, Dict]:
+def openvino_column(model: str, image_size: int, threads: int, rounds: int) -> Tuple[Dict, Dict]:
     """OpenVINO's column (bench's QDQ export of ``model``, profiled; its convs matched to TVM's
-    build for ``target``) and what oneDNN says it ran."""
+    build) and what oneDNN says it ran."""
     from relay_ext.frontend.onnx_export import export_quantized  # pylint: disable=C0415
     from relay_ext.peers.openvino_layers import (kernel_family, onednn_conv_kernels,  # pylint: disable=C0415
                                                     openvino_layers)
@@ -147,7 +144,7 @@ def openvino_column(model: str, image_size: int, threads: int, rounds: int,
         path = export_quantized(model, Path(scratch) / f"{model}_qdq.onnx", image_size=image_size)
         profile = openvino_layers(path, example, threads, rounds=10 * rounds, timing_rounds=rounds)
         onednn = onednn_conv_kernels(path, threads)
-    rows = openvino_rows(profile, target)
+    rows = openvino_rows(profile)
     families = collections.Counter(kernel_family(layer.exec_type) for layer in profile.convs())
     facts = {"version": profile.version, "onednn": onednn, "families": dict(families),
              "exec_types": dict(collections.Counter(layer.exec_type for layer in profile.convs()))}

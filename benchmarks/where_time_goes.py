@@ -137,12 +137,11 @@ def measure(args, label: str, variant: str, records: Optional[ms.Database], targ
     peers, facts = [], {}
     if "pytorch" in wanted:
         torch_rows, torch_total = pytorch_layers(args.model, args.image_size, args.threads,
-                                                 args.rounds, target)
+                                                 args.rounds)
         peers.append({"name": "PyTorch", "total": torch_total,
                       "rows": [{**row, "part": row["kind"]} for row in torch_rows]})
     if "openvino" in wanted:
-        openvino, facts = openvino_column(args.model, args.image_size, args.threads, args.rounds,
-                                          target)
+        openvino, facts = openvino_column(args.model, args.image_size, args.threads, args.rounds)
         peers.append(openvino)
     return tvm_rows, tvm_total, peers, facts
 

@@ -4,13 +4,9 @@ instructions a build's kernels use: what ``quantfuse profile`` puts side by side
 Convolutions are paired by :data:`Signature` (input channels, output channels, kernel, stride,
 output height and width). TVM's x86 int8 convolutions do not run the network's channel counts:
 a non-grouped one has its input channels padded to a multiple of 4 and its output channels to a
-multiple of 16 (TOPI's ``conv2d_alter_int8_common``), and on an x86 target without VNNI TVM
-computes it over its input read twice so that ``vpmaddubsw`` cannot saturate
-(:mod:`relay_ext.lowering.x86.saturation_free_int8`). A peer's conv (the network's channels) is
-therefore counted as TVM's build for the same target runs it (:func:`peer_signature`). A conv
-TVM leaves whole there (constant weights too small to saturate, or weights with a nonzero zero
-point, which TVM splits into two convs of the network's channels instead) keeps the network's
-count on TVM's side and pairs with no peer layer.
+multiple of 16 (TOPI's ``conv2d_alter_int8_common``; the int16 convs of targets without VNNI,
+:mod:`relay_ext.lowering.x86.int16_pair_conv`, alike). A peer's conv (the network's channels) is
+therefore counted as TVM's build runs it (:func:`peer_signature`).
 """
 
 from __future__ import annotations
@@ -23,21 +19,16 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import relay
 
-from relay_ext.lowering.x86.saturation_free_int8 import multiplies_with_pmaddubsw
-
 # in channels, out channels, kernel, stride, out H, out W
 Signature = Tuple[int, int, int, int, int, int]
 
 
-def tvm_channels(cin: int, cout: int, groups: int, split: bool = False) -> Tuple[int, int]:
+def tvm_channels(cin: int, cout: int, groups: int) -> Tuple[int, int]:
     """The channel counts TVM's x86 int8 convolution runs with (see the module doc): a
     non-grouped one pads its input channels to a multiple of 4 and its output channels to a
-    multiple of 16, so ResNet's 3-channel stem is a 4-channel conv. ``split``: TVM runs the conv
-    over its input read twice, the input channels doubled before the padding (the 3-channel stem
-    is an 8-channel conv there)."""
+    multiple of 16, so ResNet's 3-channel stem is a 4-channel conv."""
     if groups != 1:
         return cin, cout
-    cin *= 2 if split else 1
     return -(-cin // 4) * 4, -(-cout // 16) * 16
 
 
@@ -47,23 +38,15 @@ def describe(signature: Signature) -> str:
     return f"conv {kernel}x{kernel}/{stride} {cin}->{cout}, out {height}x{width}"
 
 
-def splits_input(target: tvm.target.Target, groups: int) -> bool:
-    """Whether TVM's build for ``target`` runs a network's int8 conv of ``groups`` groups over
-    twice its input channels: a non-grouped conv on an llvm x86 target whose uint8 x int8
-    products go through ``vpmaddubsw`` (no VNNI)."""
-    return groups == 1 and multiplies_with_pmaddubsw(target, "conv2d")
-
-
-def peer_signature(target: tvm.target.Target, cin: int, cout: int, groups: int, kernel: int,
-                   stride: int, height: int, width: int) -> Signature:
-    """A peer's conv (the network's channel counts) as TVM's build for ``target`` runs it:
-    channels padded, the input doubled where TVM splits the conv (:func:`splits_input`)."""
-    return (*tvm_channels(cin, cout, groups, splits_input(target, groups)), kernel, stride,
-            height, width)
+def peer_signature(cin: int, cout: int, groups: int, kernel: int, stride: int, height: int,
+                   width: int) -> Signature:
+    """A peer's conv (the network's channel counts) as TVM's build runs it: channels padded."""
+    return (*tvm_channels(cin, cout, groups), kernel, stride, height, width)
 
 
 def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
-    """The signature of the task's convolution, or None when it has none; its channel counts as
+    """The signature of the task's convolution, or None when it has none (or runs a dense layer,
+    :func:`_dense_as_conv`); its channel counts as
     :func:`tvm_channels` pads them, so that a target where TOPI does not pad them (no int8
     layout) still pairs with the peers' padded ones."""
     (_, func), = task.mod.functions.items()
@@ -78,12 +61,24 @@ def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
             channels = data[1] * (data[4] if len(data) == 5 else 1) if layout.startswith("NCHW") \
                 else data[3]
             height, width = (out[2], out[3]) if layout.startswith("NCHW") else (out[1], out[2])
+            kernel = int(node.attrs.kernel_size[0])
+            if _dense_as_conv(node, kernel, data):
+                found.append(None)
+                return
             cin, cout = tvm_channels(channels, int(node.attrs.channels), int(node.attrs.groups))
-            found.append((cin, cout, int(node.attrs.kernel_size[0]), int(node.attrs.strides[0]),
-                          height, width))
+            found.append((cin, cout, kernel, int(node.attrs.strides[0]), height, width))
 
     relay.analysis.post_order_visit(func.body, visit)
     return found[0] if found else None
+
+
+def _dense_as_conv(node: relay.Call, kernel: int, data_shape: List[int]) -> bool:
+    """A dense layer that TVM runs as a 1x1 int16 conv over a 1x1 map (targets without VNNI,
+    :func:`relay_ext.lowering.x86.int16_pair_conv.int16_dense`): no conv to the peers, whose
+    layer is a fully connected one."""
+    spatial = data_shape[2:4] if str(node.attrs.data_layout).startswith("NCHW") else data_shape[1:3]
+    return (kernel == 1 and list(spatial) == [1, 1]
+            and str(node.args[0].checked_type.dtype) == "int16")
 
 
 def asm_kernel_kind(asm: str) -> str:
@@ -132,18 +127,18 @@ def function_kernel_kinds(lib, names: Sequence[str]) -> Dict[str, str]:
     return {name: asm_kernel_kind("\n".join(lines)) for name, lines in pieces.items()}
 
 
-def openvino_rows(profile, target: tvm.target.Target) -> List[Dict]:
+def openvino_rows(profile) -> List[Dict]:
     """An :class:`relay_ext.peers.openvino_layers.OpenVINOProfile`'s nodes in execution order,
-    as peer rows: conv nodes with their signature (channels as TVM's build for ``target`` runs
-    them, :func:`peer_signature`), every node with its kernel (``kind``, ``+ add`` where a conv
+    as peer rows: conv nodes with their signature (channels as TVM's build runs them,
+    :func:`peer_signature`), every node with its kernel (``kind``, ``+ add`` where a conv
     also adds the shortcut) and what it is (``part``)."""
     rows = []
     for layer in profile.layers:
         signature = None
         if layer.conv is not None:
             c = layer.conv
-            signature = peer_signature(target, c.in_channels, c.out_channels, c.groups, c.kernel,
-                                       c.stride, c.out_height, c.out_width)
+            signature = peer_signature(c.in_channels, c.out_channels, c.groups, c.kernel, c.stride,
+                                       c.out_height, c.out_width)
         rows.append({"signature": signature, "ms": layer.ms, "name": layer.name,
                      "kind": layer.exec_type + (" + add" if layer.residual_add else ""),
                      "part": f"{layer.layer_type} ({layer.exec_type})"})

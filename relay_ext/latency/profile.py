@@ -251,7 +251,7 @@ def _openvino_side(loaded: LoadedModel, work_dir: Optional[Path], threads: int, 
                                        timing_rounds=rounds)
         except Exception as error:  # pylint: disable=broad-except - OpenVINO raises RuntimeError & co
             return None, f"OpenVINO failed on {path.name}: {first_line(error, limit=300)}"
-    paired, unpaired = pair_calls(calls, openvino_rows(counters, target))
+    paired, unpaired = pair_calls(calls, openvino_rows(counters))
     for row in rows:
         nodes = paired.get(row.name, [])
         if nodes:
