@@ -111,14 +111,19 @@ def _conv16(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
                            out_dtype="int32", **conv_attrs)
 
 
+def serves(target: Optional[Target]) -> bool:
+    """Whether this module compiles int16 convs for ``target``: an llvm target with AVX2 or
+    AVX-512BW (the lanes of :func:`pmaddwd_intrinsic`)."""
+    return target is not None and target.kind.name == "llvm" and _lanes(target) in (8, 16)
+
+
 def is_int16_conv(data_dtype: str, kernel_dtype: str, target: Optional[Target] = None) -> bool:
     """Whether a conv's operands are the int16 pair this module compiles for ``target`` (default:
-    the current one): an llvm target with AVX2 or AVX-512BW. TVM's own QNN lowering for a target
-    without fast int8 (plain ``llvm``) makes int16 convs too; those keep TVM's path."""
+    the current one, :func:`serves`). TVM's own QNN lowering for a target without fast int8
+    (plain ``llvm``) makes int16 convs too; those keep TVM's path."""
     if str(data_dtype) != INT16 or str(kernel_dtype) != INT16:
         return False
-    target = target if target is not None else Target.current(allow_none=True)
-    return target is not None and target.kind.name == "llvm" and _lanes(target) in (8, 16)
+    return serves(target if target is not None else Target.current(allow_none=True))
 
 
 def pmaddwd_intrinsic(lanes: int) -> tvm.te.TensorIntrin:

@@ -137,7 +137,8 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     original = _originals[op]
     groups = int(attrs.groups) if op == "conv2d" else 1
     target = Target.current(allow_none=True)
-    if op == "dense" and multiplies_with_pmaddubsw(target) and len(types[0].shape) == 2:
+    int16 = int16_pair_conv.serves(target)  # AVX2 or AVX-512BW (not an SSE-only target)
+    if op == "dense" and int16 and multiplies_with_pmaddubsw(target) and len(types[0].shape) == 2:
         # Exact, and far faster than TOPI's untuned int8 dense without VNNI (docs/cpu.md).
         return int16_pair_conv.int16_dense(*inputs[:4], int(types[1].shape[0]))
     # TOPI's grouped and depthwise int8 convs do not use vpmaddubsw (exact on AVX2, tested); like
@@ -152,8 +153,8 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     if isinstance(kernel, relay.Constant) and not can_saturate(kernel.data.numpy(), kernel_layout.index("O")):
         return legal
     # Weights that could saturate, or that this pass cannot see yet (parameters not bound, a
-    # weight computed by ops): split, exact in either case.
-    if op == "conv2d" and groups == 1 and (str(attrs.data_layout), str(attrs.kernel_layout)) == (
+    # weight computed by ops): an int16 conv, or split; exact in either case.
+    if int16 and op == "conv2d" and groups == 1 and (str(attrs.data_layout), str(attrs.kernel_layout)) == (
             "NCHW", "OIHW"):
         logger.debug("qnn.conv2d %s on int16 pairs: its uint8 x int8 pairs could saturate vpmaddubsw",
                      types[1].shape)

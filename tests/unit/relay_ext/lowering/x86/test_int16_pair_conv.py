@@ -82,7 +82,8 @@ def _int16_convs(mod: tvm.IRModule, target: str) -> list:
 
 
 @pytest.mark.parametrize("target, int16", [(AVX2, True), (AVX512_NO_VNNI, True),
-                                           ("llvm -mcpu=cascadelake", False)])
+                                           ("llvm -mcpu=cascadelake", False),
+                                           ("llvm -mcpu=nehalem", False)])  # SSE only: the split
 def test_a_conv_that_could_saturate_becomes_an_int16_conv_only_without_vnni(target, int16):
     mod, _, _ = _conv_case(**CONVS[0])
     assert len(_int16_convs(mod, target)) == (1 if int16 else 0)
