@@ -79,8 +79,9 @@ def test_fusion_report_matches_the_torchscript_import(programs, tmp_path):
     rows = [[(_same_anchor(task.anchor), task.variants["ours"].intermediates) for task in report.tasks]
             for report in reports]
     assert rows[0] == rows[1]
+    # + 1: on AVX2 the classifier runs as a 1x1 int16 conv (relay_ext/lowering/x86/int16_pair_conv.py)
     assert sum(anchor.endswith("conv2d_NCHWc") or "Depthwise" in anchor or "int8" in anchor
-               for anchor, _ in rows[0]) == MobileNetV2Style.CONVS, rows[0]
+               for anchor, _ in rows[0]) == MobileNetV2Style.CONVS + 1, rows[0]
 
 
 # --- bad input ----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from tvm import tir
 import meta_rules
 from meta_rules.analysis.padding_blocks import padding_block_names
 from meta_rules.generic.resilient_space_generator import ResilientPostOrderApply
+from relay_ext.latency.layer_pairing import conv_signature
 from relay_ext.lowering import targets
 from relay_ext.lowering.x86.amx import request_amx_tile_data
 from relay_ext.build import compile
@@ -189,7 +190,8 @@ def test_the_no_search_build_of_a_model_computes_what_tvms_default_build_does(ti
     convs = [d for name, d in by_task.items() if "conv2d" in name]
     assert convs and all(d.has_record for d in convs)
     dense = [d for name, d in by_task.items() if "dense" in name]
-    assert dense and all(d.has_record for d in dense)
+    # on AVX2 the dense runs as a 1x1 int16 conv (relay_ext/lowering/x86/int16_pair_conv.py)
+    assert all(d.has_record for d in dense) and (dense or "core-avx2" in str(target))
     # ops no rule decides keep TVM's default schedule: no record
     assert any(not d.has_record and "TVM's default" in d.design for d in found.designs)
     records = found.database.get_all_tuning_records()
@@ -229,7 +231,8 @@ def test_tune_measures_each_tasks_no_search_schedule_first(tiny32, tmp_path):
     assert seeded >= 2  # tiny_resnet's two convs at least (the dense too, budget permitting)
     assert summary["records"] <= 6  # one trial each: the budget holds them
     tasks = extract_tasks(tiny32.mod, tiny32.params, target)
-    convs = [t for t in tasks if "conv2d" in t.task_name]
+    # the network's convs (on AVX2 the classifier is a 1x1 int16 conv too; the budget may miss it)
+    convs = [t for t in tasks if conv_signature(t) is not None]
     for task in convs:
         expected = str(task_design(task, target, "ours").trace)
         records = [r for r in database.get_all_tuning_records()
