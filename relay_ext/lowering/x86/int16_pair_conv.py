@@ -213,15 +213,15 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         _, _, kh, kw, _, oc_bn, _ = get_const_tuple(kernel_vec.shape)
         _, _, oh, ow, _ = get_const_tuple(conv.shape)
         rows, columns = register_tile(ow, oh if (kh, kw) == (1, 1) else 1, oc_bn // lanes, lanes)
-        args = (schedule, None, data_vec, kernel_vec, conv, outs[0])
+        tensors = (data_vec, kernel_vec, conv, outs[0])
         if (kh, kw) == (1, 1):
             cfg = {"tile_oh": OtherOptionEntity(rows), "tile_ow": SplitEntity([ow // columns, columns])}
             generic_conv2d.schedule_conv_NCHWc_cpu_1x1_int8(
-                *args[:1], cfg, *args[2:], int32_lanes=lanes, int8_elems=PAIR,
+                schedule, cfg, *tensors, int32_lanes=lanes, int8_elems=PAIR,
                 intrin=pmaddwd_intrinsic(lanes))
         else:  # computed per block of columns, not per column of the fused epilogue (TOPI's)
             vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
-                *args[:1], {"unroll_kw": True}, *args[2:], lanes=lanes,
+                schedule, {"unroll_kw": True}, *tensors, lanes=lanes,
                 intrin=pmaddwd_intrinsic(lanes), columns=columns)
 
     traverse_inline(schedule, outs[0].op, callback)
@@ -231,12 +231,10 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
 def _widen_once(schedule: te.Schedule, data_vec: te.Tensor) -> None:
     """The conv's input stages before it (the widening and zero-point shift Relay fused in, a zero
     pad): one stage, all its outer loops in parallel, the channel block vectorized."""
-    stage = data_vec
-    if "pad" in stage.op.tag:  # TOPI's schedule parallelises the pad; inline what feeds it
-        feeding = stage.op.input_tensors[0]
-        _inline_injective(schedule, feeding)
+    if "pad" in data_vec.op.tag:  # TOPI's schedule parallelises the pad; inline what feeds it
+        _inline_injective(schedule, data_vec.op.input_tensors[0])
         return
-    _inline_injective(schedule, stage, keep=True)
+    _inline_injective(schedule, data_vec, keep=True)
 
 
 def _inline_injective(schedule: te.Schedule, tensor: te.Tensor, keep: bool = False) -> None:
