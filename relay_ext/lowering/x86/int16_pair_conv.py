@@ -193,6 +193,18 @@ def register_tile(columns: int, rows: int, vectors_per_column: int, lanes: int) 
     return height, width
 
 
+def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
+    """Columns of a k x k conv's register tile when the ``oc_bn // lanes`` vectors of a channel
+    block are computed one after the other (each its own pass over the reduction, one vector per
+    column), where that tile holds more accumulators than :func:`register_tile`'s (all of a
+    column's vectors at once); 0 where it does not. On AVX2 (16 channels = 2 vectors, 12
+    accumulators) a width of 7 or 14 gets 7 columns instead of 1 or 2 (2 or 4 accumulators)."""
+    vectors = max(oc_bn // lanes, 1)
+    together = register_tile(columns, 1, vectors, lanes)[1] * vectors
+    apart = register_tile(columns, 1, 1, lanes)[1]
+    return apart if vectors > 1 and apart > together else 0
+
+
 def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
     """TOPI's x86 int8 conv schedules (1x1 and k x k) with :func:`pmaddwd_intrinsic`, the register
     tile of :func:`register_tile`, and the operand widening computed once, in parallel."""
@@ -213,6 +225,8 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         _, _, kh, kw, _, oc_bn, _ = get_const_tuple(kernel_vec.shape)
         _, _, oh, ow, _ = get_const_tuple(conv.shape)
         rows, columns = register_tile(ow, oh if (kh, kw) == (1, 1) else 1, oc_bn // lanes, lanes)
+        apart = one_vector_columns(ow, oc_bn, lanes) if (kh, kw) != (1, 1) else 0
+        columns = apart or columns
         tensors = (data_vec, kernel_vec, conv, outs[0])
         if (kh, kw) == (1, 1):
             cfg = {"tile_oh": OtherOptionEntity(rows), "tile_ow": SplitEntity([ow // columns, columns])}
@@ -222,7 +236,7 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         else:  # computed per block of columns, not per column of the fused epilogue (TOPI's)
             vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
                 schedule, {"unroll_kw": True}, *tensors, lanes=lanes,
-                intrin=pmaddwd_intrinsic(lanes), columns=columns)
+                intrin=pmaddwd_intrinsic(lanes), columns=columns, vectors_outside=bool(apart))
 
     traverse_inline(schedule, outs[0].op, callback)
     return schedule

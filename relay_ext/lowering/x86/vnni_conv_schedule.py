@@ -78,12 +78,15 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                                   kernel_vec: te.Tensor, conv_out: te.Tensor,
                                   last: te.Tensor, lanes: int = INT32_LANES,
                                   intrin: Optional[Any] = None,
-                                  columns: Optional[int] = None) -> te.Schedule:
+                                  columns: Optional[int] = None,
+                                  vectors_outside: bool = False) -> te.Schedule:
     """TOPI's ``schedule_conv_NCHWc_cpu_common_int8`` (k x k kernels) with the conv computed per
     block of :func:`block_width` output columns: that many independent VNNI accumulators.
     ``lanes``, ``intrin`` and ``columns`` (default: 16, TOPI's VNNI dot product, the block width)
     give the same schedule another tensor intrinsic (the int16 convs of
-    :mod:`.int16_pair_conv`)."""
+    :mod:`.int16_pair_conv`). ``vectors_outside``: a channel block of several vectors is computed
+    one vector at a time, each with its own pass over the reduction, so a block of ``columns``
+    holds ``columns`` accumulators, not ``columns`` times the vectors."""
     # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements,too-many-arguments
     from tvm.topi.utils import get_const_tuple
     from tvm.topi.x86.tensor_intrin import dot_16x1x16_uint8_int8_int32
@@ -129,7 +132,11 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     kh, kw, ic_outer, ic_f_inner, ic_s_inner = s[accumulate].op.reduce_axis
     ow_chunk, ow_block = s[accumulate].split(ow, factor=reg_n)
     oc_f_inner, oc_s_inner = s[accumulate].split(oc_block, factor=lanes)
-    if unroll_kw:
+    if vectors_outside:
+        s[accumulate].reorder(oc_chunk, oh, ow_chunk, oc_f_inner, ic_outer, kh, ic_f_inner, kw,
+                              ow_block, oc_s_inner, ic_s_inner)
+        s[accumulate].unroll(kw)
+    elif unroll_kw:
         s[accumulate].reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, ic_f_inner, kw, ow_block,
                               oc_f_inner, oc_s_inner, ic_s_inner)
         s[accumulate].unroll(kw)
@@ -138,7 +145,8 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                               oc_f_inner, oc_s_inner, ic_s_inner)
     s[accumulate].tensorize(oc_s_inner, intrin if intrin is not None else dot_16x1x16_uint8_int8_int32())
     s[accumulate].unroll(ow_block)
-    s[accumulate].unroll(oc_f_inner)
+    if not vectors_outside:
+        s[accumulate].unroll(oc_f_inner)
 
     if conv != out:  # the fused consumer (requantize, add, relu ...): the conv per column block
         if len(s[out].op.axis) == 5:

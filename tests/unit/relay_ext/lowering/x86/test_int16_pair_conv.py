@@ -48,6 +48,7 @@ CONVS = [
     dict(cin=3, cout=32, k=3, size=16, stride=2, pad=1),    # a stem: 3 input channels
     dict(cin=64, cout=64, k=3, size=14, pad=1),             # 3x3, padding by the zero point
     dict(cin=16, cout=16, k=3, size=7, pad=1, data_dtype="int8", zx=-5),  # int8 data
+    dict(cin=32, cout=48, k=3, size=7, pad=1),              # 7 columns: one vector per pass on AVX2
     dict(cin=16, cout=32, k=1, size=7, kernel_dtype="uint8", zw=131),      # a weight zero point
     dict(cin=16, cout=32, k=1, size=7, zw=np.arange(32) % 5 - 2),          # per-channel
 ]
@@ -181,6 +182,17 @@ def test_register_tile_fits_the_accumulator_budget(columns, rows, vectors, lanes
     height, width = int16_pair_conv.register_tile(columns, rows, vectors, lanes)
     assert (height, width) == tile
     assert height * width * vectors <= int16_pair_conv.ACCUMULATORS[lanes]
+
+
+@pytest.mark.parametrize("columns, oc_bn, lanes, apart", [
+    (7, 16, 8, 7),     # AVX2: 7 accumulators one vector at a time, not 1 column x 2 vectors
+    (14, 16, 8, 7),    # 7 against 2 columns x 2 vectors
+    (28, 16, 8, 0),    # 4 columns x 2 vectors = 8 together, more than 7 apart
+    (56, 16, 8, 0),    # 4 x 2 at once against 8 apart: a tie keeps the vectors together
+    (7, 16, 16, 0),    # AVX-512: a channel block is one vector
+])
+def test_a_channel_block_is_split_into_vectors_only_where_the_tile_grows(columns, oc_bn, lanes, apart):
+    assert int16_pair_conv.one_vector_columns(columns, oc_bn, lanes) == apart
 
 
 def test_pmaddwd_intrinsic_needs_avx2_or_avx512_lanes():
