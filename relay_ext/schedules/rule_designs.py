@@ -25,8 +25,9 @@ decision in its trace is replaced by a choice computed from the loop extents and
   (28 with AVX-512's 32 registers, 12 with AVX2's 16) and below
   :data:`relay_ext.schedules.register_tiles.STACK_BYTES` of accumulators (15 zmm vectors: TVM
   makes a smaller buffer a stack alloca, which LLVM's SROA turns into registers; a bigger one is
-  TVM workspace, where keeping it in registers is up to LLVM's alias analysis, so this is a
-  safety margin, not a measured speed-up), shared by the columns, rows and output-channel blocks
+  TVM workspace, allocated by a runtime call in the parallel loop: 28 accumulators for every
+  conv ran ResNet-50 1.79x the time, docs/BENCHMARKS.md), shared by the columns, rows and
+  output-channel blocks
   (:func:`relay_ext.schedules.register_tiles.register_tile`: ResNet's convs get 7 columns x 2
   channel blocks, 14 accumulators, which load 9 times per 14 ``vpdpbusd`` where 14 columns x 1
   block load 15 times, and give a 7-column conv 14 independent chains instead of 7), the other
