@@ -12,6 +12,7 @@ from tvm.target import Target
 
 # TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
 STACK_BYTES = 1024
+OC_BLOCK = 16  # output channels per block of the int8 NCHWc convs (VNNI's 16 int32 lanes)
 
 
 def target_vectors(target: Target) -> Tuple[int, int]:
@@ -83,6 +84,22 @@ def register_tile(loops: Sequence[Tuple[int, int]], accumulators: int) -> List[i
     return max([filled, split], key=rank)
 
 
+def _channels_inside_rows(extents: Sequence[Tuple[int, int, int]], spatial: Sequence[int],
+                          reduction: Sequence[int]) -> Optional[int]:
+    """The output-channel-chunk loop of a tensorized NCHWc conv (spatial loops batch, channel
+    chunks, rows, columns, channel block; reduction loops kernel rows and columns first) whose
+    output pixels outnumber its output channels times its taps -- per input channel, its input
+    outweighs its weights -- else None. That loop's outer factor then goes one level in, so that
+    the outermost loops, which run in parallel, are the rows: each thread computes every channel
+    of a band of rows, reading only that band of the input (which, inside the model, the same
+    thread's share of the op before wrote), not the whole input for half of the channels."""
+    if len(spatial) != 5 or len(reduction) < 4:
+        return None
+    _, chunks, rows, columns, _ = (extents[i][0] for i in spatial)
+    taps = extents[reduction[0]][0] * extents[reduction[1]][0]
+    return spatial[1] if rows * columns > chunks * OC_BLOCK * taps else None
+
+
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],
                    channels_outside_taps: bool = False,
                    accumulators: Optional[int] = None) -> List[List[int]]:
@@ -94,13 +111,17 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
     blocks outside the taps (their whole extent on the outer ``R`` level: TOPI's order).
     ``accumulators`` (a tensorized block, one accumulator register per intrinsic call): the
     spatial loops' innermost factors multiply to at most that many (``caps`` unused), chosen by
-    :func:`register_tile`."""
+    :func:`register_tile`; the outer factors sit on the outermost level, except a conv's
+    output-channel chunks where its input outweighs its weights (:func:`_channels_inside_rows`),
+    on the next one."""
     decisions: List[Optional[List[int]]] = [None] * len(extents)
     spatial = [i for i, (_, n, _) in enumerate(extents) if n != 2]
     reduction = [i for i, (_, n, _) in enumerate(extents) if n == 2]
     budget = list(caps)
     tile = (register_tile([(extents[i][0], extents[i][2]) for i in reversed(spatial)],
                           accumulators) if accumulators is not None else None)
+    channels_inside = (_channels_inside_rows(extents, spatial, reduction) if tile is not None
+                       else None)
     for position, i in enumerate(reversed(spatial)):
         extent, n, max_inner = extents[i]
         inner = 1
@@ -109,6 +130,8 @@ def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int
         elif extent > 1 and budget:
             inner = _divisor_within(extent, budget.pop(0), max_inner)
         decisions[i] = [extent // inner] + [1] * (n - 2) + [inner]
+        if i == channels_inside and n > 2:
+            decisions[i] = [1, extent // inner] + [1] * (n - 3) + [inner]
     for i in reduction:
         extent, _, max_inner = extents[i]
         inner = _divisor_within(extent, extent, max_inner)

@@ -69,6 +69,24 @@ def test_tile_decisions_keep_each_extent_and_put_the_register_tile_inside():
     assert tile_decisions(one_by_one, (12, 2), True) == tile_decisions(one_by_one, (12, 2))
 
 
+def test_a_conv_whose_input_outweighs_its_weights_runs_its_rows_outermost():
+    def outer(oc_chunks, size, taps):
+        loops = [(1, 4, 64), (oc_chunks, 4, 64), (size, 4, 64), (size, 4, 64), (1, 4, 64),
+                 (taps, 2, 64), (taps, 2, 64), (16, 2, 64), (4, 2, 64), (1, 2, 64)]
+        decisions = tile_decisions(loops, (15, 1), True, accumulators=15)
+        for (extent, n, _), factors in zip(loops, decisions):
+            assert len(factors) == n and int(np.prod(factors)) == extent
+        return decisions[1], decisions[2][0]
+
+    assert outer(4, 56, 1) == ([1, 2, 1, 2], 56)    # ResNet-50's 1x1 256->64 at 56x56
+    assert outer(4, 56, 3) == ([1, 2, 1, 2], 56)    # 3x3 64->64 at 56x56: 3136 pixels > 576
+    assert outer(8, 28, 3) == ([4, 1, 1, 2], 28)    # 3x3 128->128 at 28x28: 784 < 1152, as before
+    assert outer(64, 14, 1) == ([32, 1, 1, 2], 14)  # 1x1 to 1024 channels at 14x14
+    loops = [(1, 4, 64), (4, 4, 64), (56, 4, 64), (56, 4, 64), (1, 4, 64),
+             (1, 2, 64), (1, 2, 64), (16, 2, 64), (4, 2, 64), (1, 2, 64)]
+    assert tile_decisions(loops, (16, 16))[1][0] == 4  # not tensorized: no register tile, unchanged
+
+
 def test_a_tensorized_register_tile_fills_its_accumulators_across_loops():
     """One accumulator per intrinsic call, 15 at most: the tile with the most, and of two alike
     the one that loads less per dot product (pixels + channel blocks per accumulator)."""
@@ -143,6 +161,10 @@ def test_the_vnni_design_keeps_its_tile_in_registers_and_matches_numpy(kernel, s
     assert [columns, rows, blocks] == register_tile([(out_w, 64), (out_w, 64), (4, 64)], 15)
     assert (columns, rows, blocks) == (7, 1, 2)  # 7 columns x 2 channel blocks: 14 accumulators
     assert columns * rows * blocks * 64 < 1024
+    # where the input outweighs the weights (28x28 3x3, 14x14 1x1), the channel chunks' outer
+    # factor sits one level in: the outermost (parallel) loops are the rows
+    rows_outside = out_w * out_w > 4 * 16 * kernel * kernel
+    assert [int(f) for f in tiles[1]] == ([1, 2, 1, 2] if rows_outside else [2, 1, 1, 2])
     target = needs(VNNI)
     lib = tvm.build(_scheduled(design), target=target)
     rng = np.random.default_rng(kernel * 10 + stride)
