@@ -207,7 +207,8 @@ def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
 
 def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
     """TOPI's x86 int8 conv schedules (1x1 and k x k) with :func:`pmaddwd_intrinsic`, the register
-    tile of :func:`register_tile`, and the operand widening computed once, in parallel."""
+    tile of :func:`register_tile` (a k x k conv's vectors one at a time where
+    :func:`one_vector_columns` says so), and the operand widening computed once, in parallel."""
     from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity  # pylint: disable=import-outside-toplevel
     from tvm.topi.generic import conv2d as generic_conv2d  # pylint: disable=import-outside-toplevel
     from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel

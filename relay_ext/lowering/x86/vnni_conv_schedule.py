@@ -132,17 +132,14 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     kh, kw, ic_outer, ic_f_inner, ic_s_inner = s[accumulate].op.reduce_axis
     ow_chunk, ow_block = s[accumulate].split(ow, factor=reg_n)
     oc_f_inner, oc_s_inner = s[accumulate].split(oc_block, factor=lanes)
-    if vectors_outside:
-        s[accumulate].reorder(oc_chunk, oh, ow_chunk, oc_f_inner, ic_outer, kh, ic_f_inner, kw,
-                              ow_block, oc_s_inner, ic_s_inner)
+    taps = [ic_f_inner, kw] if unroll_kw else [kw, ic_f_inner]
+    if vectors_outside:  # one vector of the channel block per pass over the reduction
+        order = [oc_f_inner, ic_outer, kh, *taps, ow_block]
+    else:  # every vector of the block in the unrolled tile
+        order = [ic_outer, kh, *taps, ow_block, oc_f_inner]
+    s[accumulate].reorder(oc_chunk, oh, ow_chunk, *order, oc_s_inner, ic_s_inner)
+    if unroll_kw:
         s[accumulate].unroll(kw)
-    elif unroll_kw:
-        s[accumulate].reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, ic_f_inner, kw, ow_block,
-                              oc_f_inner, oc_s_inner, ic_s_inner)
-        s[accumulate].unroll(kw)
-    else:
-        s[accumulate].reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, kw, ic_f_inner, ow_block,
-                              oc_f_inner, oc_s_inner, ic_s_inner)
     s[accumulate].tensorize(oc_s_inner, intrin if intrin is not None else dot_16x1x16_uint8_int8_int32())
     s[accumulate].unroll(ow_block)
     if not vectors_outside:
