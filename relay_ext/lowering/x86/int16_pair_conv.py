@@ -21,10 +21,10 @@ TVM's own function for every other conv:
 * the layout pass makes it ``nn.contrib_conv2d_NCHWc`` in the int8 convs' data layout
   (``NCHW16c`` between convs), its weights in pairs of input channels (``OIHW{ic/2}i16o2i``);
 * the ``conv2d_NCHWc`` strategy gives it TOPI's NCHWc int8 compute with pairs
-  (``n_elems=2``), TOPI's 1x1 int8 schedule and the column-block k x k one of
-  :mod:`.vnni_conv_schedule`, both with :func:`pmaddwd_intrinsic` (16 or 8 output channels per
-  instruction: AVX-512BW or AVX2) and the register tile of :func:`register_tile`; the widening
-  of the activation is done once, in parallel, before the conv.
+  (``n_elems=2``) and the column-block schedule of :mod:`.vnni_conv_schedule` for every kernel
+  size, 1x1 included, with :func:`pmaddwd_intrinsic` (16 or 8 output channels per instruction:
+  AVX-512BW or AVX2) and the register tile of :func:`register_tile`; the widening of the
+  activation is done once, in parallel, before the conv.
 
 :func:`int16_dense` gives a ``qnn.dense`` the same conv (1x1): TOPI's int8 dense without VNNI
 is exact but slow (docs/cpu.md).
@@ -183,34 +183,31 @@ def conv2d_nchwc_int16(data: te.Tensor, kernel: te.Tensor, strides, padding, dil
                                      out_dtype, n_elems=PAIR)
 
 
-def register_tile(columns: int, rows: int, vectors_per_column: int, lanes: int) -> tuple[int, int]:
-    """(rows, columns) of outputs a register tile holds: the most columns dividing ``columns``
-    whose accumulators (``vectors_per_column`` each) fit :data:`ACCUMULATORS`, then as many rows
-    dividing ``rows`` as still fit."""
-    budget = ACCUMULATORS.get(lanes, 12) // max(vectors_per_column, 1)
-    width = max(n for n in range(1, columns + 1) if columns % n == 0 and n <= max(budget, 1))
-    height = max(n for n in range(1, rows + 1) if rows % n == 0 and n * width <= max(budget, 1))
-    return height, width
+def register_tile(columns: int, vectors_per_column: int, lanes: int) -> int:
+    """Output columns a register tile holds: the most dividing ``columns`` whose accumulators
+    (``vectors_per_column`` each) fit :data:`ACCUMULATORS`."""
+    budget = max(ACCUMULATORS.get(lanes, 12) // max(vectors_per_column, 1), 1)
+    return max(n for n in range(1, columns + 1) if columns % n == 0 and n <= budget)
 
 
 def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
-    """Columns of a k x k conv's register tile when the ``oc_bn // lanes`` vectors of a channel
+    """Columns of a conv's register tile when the ``oc_bn // lanes`` vectors of a channel
     block are computed one after the other (each its own pass over the reduction, one vector per
     column), where that tile holds more accumulators than :func:`register_tile`'s (all of a
     column's vectors at once); 0 where it does not. On AVX2 (16 channels = 2 vectors, 12
     accumulators) a width of 7 or 14 gets 7 columns instead of 1 or 2 (2 or 4 accumulators)."""
     vectors = max(oc_bn // lanes, 1)
-    together = register_tile(columns, 1, vectors, lanes)[1] * vectors
-    apart = register_tile(columns, 1, 1, lanes)[1]
+    together = register_tile(columns, vectors, lanes) * vectors
+    apart = register_tile(columns, 1, lanes)
     return apart if vectors > 1 and apart > together else 0
 
 
 def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
-    """TOPI's x86 int8 conv schedules (1x1 and k x k) with :func:`pmaddwd_intrinsic`, the register
-    tile of :func:`register_tile` (a k x k conv's vectors one at a time where
-    :func:`one_vector_columns` says so), and the operand widening computed once, in parallel."""
-    from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity  # pylint: disable=import-outside-toplevel
-    from tvm.topi.generic import conv2d as generic_conv2d  # pylint: disable=import-outside-toplevel
+    """Every int16 conv, 1x1 or k x k, in the column-block schedule of :mod:`.vnni_conv_schedule`
+    with :func:`pmaddwd_intrinsic`, the register tile of :func:`register_tile` (a channel block's
+    vectors one at a time where :func:`one_vector_columns` says so), and the operand widening
+    computed once, in parallel. (TOPI's 1x1 int8 schedule, with rows in its tile, ran ResNet-50
+    1.04x and MobileNetV2 1.05x the time on AVX2, docs/BENCHMARKS.md.)"""
     from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel
 
     outs = [outs] if isinstance(outs, te.Tensor) else outs
@@ -223,21 +220,13 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         conv = op.output(0)
         data_vec, kernel_vec = conv.op.input_tensors
         _widen_once(schedule, data_vec)
-        _, _, kh, kw, _, oc_bn, _ = get_const_tuple(kernel_vec.shape)
-        _, _, oh, ow, _ = get_const_tuple(conv.shape)
-        rows, columns = register_tile(ow, oh if (kh, kw) == (1, 1) else 1, oc_bn // lanes, lanes)
-        apart = one_vector_columns(ow, oc_bn, lanes) if (kh, kw) != (1, 1) else 0
-        columns = apart or columns
-        tensors = (data_vec, kernel_vec, conv, outs[0])
-        if (kh, kw) == (1, 1):
-            cfg = {"tile_oh": OtherOptionEntity(rows), "tile_ow": SplitEntity([ow // columns, columns])}
-            generic_conv2d.schedule_conv_NCHWc_cpu_1x1_int8(
-                schedule, cfg, *tensors, int32_lanes=lanes, int8_elems=PAIR,
-                intrin=pmaddwd_intrinsic(lanes))
-        else:  # computed per block of columns, not per column of the fused epilogue (TOPI's)
-            vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
-                schedule, {"unroll_kw": True}, *tensors, lanes=lanes,
-                intrin=pmaddwd_intrinsic(lanes), columns=columns, vectors_outside=bool(apart))
+        oc_bn, ow = get_const_tuple(kernel_vec.shape)[5], get_const_tuple(conv.shape)[3]
+        apart = one_vector_columns(ow, oc_bn, lanes)
+        # computed per block of columns, not per column of the fused epilogue (TOPI's)
+        vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
+            schedule, {"unroll_kw": True}, data_vec, kernel_vec, conv, outs[0], lanes=lanes,
+            intrin=pmaddwd_intrinsic(lanes), columns=apart or register_tile(ow, oc_bn // lanes, lanes),
+            vectors_outside=bool(apart))
 
     traverse_inline(schedule, outs[0].op, callback)
     return schedule

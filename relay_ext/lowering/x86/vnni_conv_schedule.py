@@ -24,7 +24,8 @@ which ``schedule_conv2d_NCHWc_int8`` looks up on each call): for a target with A
 schedules as above, for every other target it calls TOPI's own function, unchanged. Only the
 schedule changes, not the computation: the layouts Relay chooses, the TIR that MetaSchedule
 tunes (and so the workloads of existing tuning databases) and the results stay the same.
-1x1 convs have their own TOPI schedule, which already blocks rows and columns; it is not changed.
+VNNI 1x1 convs keep their own TOPI schedule, which already blocks rows and columns; the int16
+convs of targets without VNNI (:mod:`.int16_pair_conv`) take this schedule for every kernel size.
 """
 
 from __future__ import annotations
