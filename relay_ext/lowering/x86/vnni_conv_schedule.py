@@ -81,13 +81,13 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                                   intrin: Optional[Any] = None,
                                   columns: Optional[int] = None,
                                   vectors_outside: bool = False) -> te.Schedule:
-    """TOPI's ``schedule_conv_NCHWc_cpu_common_int8`` (k x k kernels) with the conv computed per
-    block of :func:`block_width` output columns: that many independent VNNI accumulators.
-    ``lanes``, ``intrin`` and ``columns`` (default: 16, TOPI's VNNI dot product, the block width)
-    give the same schedule another tensor intrinsic (the int16 convs of
-    :mod:`.int16_pair_conv`). ``vectors_outside``: a channel block of several vectors is computed
-    one vector at a time, each with its own pass over the reduction, so a block of ``columns``
-    holds ``columns`` accumulators, not ``columns`` times the vectors."""
+    """TOPI's ``schedule_conv_NCHWc_cpu_common_int8`` (TOPI's schedule of k x k kernels) with the
+    conv computed per block of :func:`block_width` output columns: that many independent VNNI
+    accumulators. ``lanes``, ``intrin`` and ``columns`` (default: 16, TOPI's VNNI dot product, the
+    block width) give the same schedule another tensor intrinsic (the int16 convs of
+    :mod:`.int16_pair_conv`, 1x1 ones included). ``vectors_outside``: a channel block of several
+    vectors is computed one vector at a time, each with its own pass over the reduction, so a
+    block of ``columns`` holds ``columns`` accumulators, not ``columns`` times the vectors."""
     # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements,too-many-arguments
     from tvm.topi.utils import get_const_tuple
     from tvm.topi.x86.tensor_intrin import dot_16x1x16_uint8_int8_int32
