@@ -14,6 +14,9 @@ fused op's time is the median over the runs of its calls' total in one run, so a
 model calls three times counts three times; its share is of the run's total as the debug
 executor reports it, which also holds the executor's own work between kernels (and the
 profiler's). The model's latency without the profiler, timed as bench times it, is given beside.
+Each side is timed after a pause that lets the threads of the work before it go idle
+(:func:`relay_ext.measure.timing.settle`): TVM's pool workers spin for a while after a run, and
+counters read while they spin run up to twice as long.
 Inside the model a kernel finds its weights cold and its input just written by the op before:
 these times, not those of each task timed alone, add up to the model.
 
@@ -53,7 +56,7 @@ from relay_ext.latency.run import builtin_onnx_export
 from relay_ext.lowering.targets import check_runs_here, normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.measure.in_model import PREFIX, kernel_name, kernel_tasks, profiled_runs
-from relay_ext.measure.timing import load_average, tvm_timer, with_tvm_threads
+from relay_ext.measure.timing import load_average, settle, tvm_timer, with_tvm_threads
 from relay_ext.peers.base import PeerModel, first_line
 from relay_ext.report.tables import machine_description
 from relay_ext.workdir.files import RECORD_FILE, TASK_TIMINGS_FILE, open_tuned_database
@@ -113,6 +116,8 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
     tasks = (built.designs.tasks if built.designs is not None
              else lowered_tasks(loaded.mod, loaded.params, target, variant))
     rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds), tasks)
+    if openvino:
+        settle()  # TVM's pool workers spin a while after its last run: not into OpenVINO's time
     side, note = (None, "not asked for") if not openvino else _openvino_side(
         loaded, work_dir, threads, int(rounds), target, rows, calls)
     result = Profile(
@@ -192,8 +197,10 @@ def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int, rounds: int,
     the model's median latency without the profiler."""
 
     def measure():
+        settle()  # the build's own timing may have left TVM's pool workers spinning
         reports = profiled_runs(built.lib, loaded.inputs, rounds)
         _, one_round = tvm_timer(built.lib, loaded.inputs, NUMBER)
+        settle()
         return reports, [one_round() for _ in range(rounds)]
 
     reports, latency = with_tvm_threads(threads, measure)
