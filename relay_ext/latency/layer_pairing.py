@@ -15,6 +15,7 @@ import collections
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import tvm
 from tvm import meta_schedule as ms
 from tvm import relay
@@ -44,32 +45,57 @@ def peer_signature(cin: int, cout: int, groups: int, kernel: int, stride: int, h
     return (*tvm_channels(cin, cout, groups), kernel, stride, height, width)
 
 
+def _conv_call(task: ms.ExtractedTask) -> Optional[relay.Call]:
+    """The task's first conv2d call (None: it has none)."""
+    (_, func), = task.mod.functions.items()
+    found: List[relay.Call] = []
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and \
+                "conv2d" in node.op.name and not found:
+            found.append(node)
+
+    relay.analysis.post_order_visit(func.body, visit)
+    return found[0] if found else None
+
+
+def _data_channels(node: relay.Call) -> int:
+    data = [int(d) for d in node.args[0].checked_type.shape]
+    if str(node.attrs.data_layout).startswith("NCHW"):
+        return data[1] * (data[4] if len(data) == 5 else 1)
+    return data[3]
+
+
 def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
     """The signature of the task's convolution, or None when it has none (or runs a dense layer,
     :func:`_dense_as_conv`); its channel counts as
     :func:`tvm_channels` pads them, so that a target where TOPI does not pad them (no int8
     layout) still pairs with the peers' padded ones."""
-    (_, func), = task.mod.functions.items()
-    found: List[Signature] = []
+    node = _conv_call(task)
+    if node is None:
+        return None
+    data = [int(d) for d in node.args[0].checked_type.shape]
+    out = [int(d) for d in node.checked_type.shape]
+    height, width = ((out[2], out[3]) if str(node.attrs.data_layout).startswith("NCHW")
+                     else (out[1], out[2]))
+    kernel = int(node.attrs.kernel_size[0])
+    if _dense_as_conv(node, kernel, data):
+        return None
+    cin, cout = tvm_channels(_data_channels(node), int(node.attrs.channels),
+                             int(node.attrs.groups))
+    return (cin, cout, kernel, int(node.attrs.strides[0]), height, width)
 
-    def visit(node):
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and \
-                "conv2d" in node.op.name and not found:
-            data = [int(d) for d in node.args[0].checked_type.shape]
-            out = [int(d) for d in node.checked_type.shape]
-            layout = str(node.attrs.data_layout)
-            channels = data[1] * (data[4] if len(data) == 5 else 1) if layout.startswith("NCHW") \
-                else data[3]
-            height, width = (out[2], out[3]) if layout.startswith("NCHW") else (out[1], out[2])
-            kernel = int(node.attrs.kernel_size[0])
-            if _dense_as_conv(node, kernel, data):
-                found.append(None)
-                return
-            cin, cout = tvm_channels(channels, int(node.attrs.channels), int(node.attrs.groups))
-            found.append((cin, cout, kernel, int(node.attrs.strides[0]), height, width))
 
-    relay.analysis.post_order_visit(func.body, visit)
-    return found[0] if found else None
+def conv_macs(task: ms.ExtractedTask) -> Optional[int]:
+    """The multiply-adds of one call of the task's convolution as TVM's build runs it (the
+    channels of its input and output tensors, padded where TOPI pads them; a grouped conv's
+    inputs per group), or None where :func:`conv_signature` is None."""
+    if conv_signature(task) is None:
+        return None
+    node = _conv_call(task)
+    outputs = int(np.prod([int(d) for d in node.checked_type.shape]))
+    taps = int(np.prod([int(k) for k in node.attrs.kernel_size]))
+    return outputs * taps * (_data_channels(node) // int(node.attrs.groups))
 
 
 def _dense_as_conv(node: relay.Call, kernel: int, data_shape: List[int]) -> bool:

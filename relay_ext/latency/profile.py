@@ -19,6 +19,9 @@ Each side is timed after a pause that lets the threads of the work before it go 
 counters read while they spin run up to twice as long.
 Inside the model a kernel finds its weights cold and its input just written by the op before:
 these times, not those of each task timed alone, add up to the model.
+Where a kernel computes with AVX-512 VNNI, the host's VNNI peak is measured on the same threads
+(:mod:`relay_ext.measure.dot_peak`) and each such conv's multiply-adds per second are given as a
+share of it: the ceiling a faster kernel cannot pass.
 
 OpenVINO's side, where OpenVINO is installed and can read the model: a model loaded from an
 ``.onnx`` file is read as it is; a built-in model is exported as bench exports it (a QDQ ONNX
@@ -48,13 +51,14 @@ from relay_ext.build.entry import Compiled, compile  # pylint: disable=redefined
 from relay_ext.frontend.loader import load_model
 from relay_ext.frontend.models import LoadedModel
 from relay_ext.frontend.optional_deps import MissingDependency
-from relay_ext.latency.layer_pairing import (Signature, conv_signature, describe,
+from relay_ext.latency.layer_pairing import (Signature, conv_macs, conv_signature, describe,
                                              function_kernel_kinds, openvino_rows, pair_calls)
 from relay_ext.latency.profile_report import PROFILE_CHART_FILE, write_profile_chart
 from relay_ext.latency.profile_result import OpenVINOLayer, OpenVINOSide, Profile, ProfileRow
 from relay_ext.latency.run import builtin_onnx_export
 from relay_ext.lowering.targets import check_runs_here, normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
+from relay_ext.measure.dot_peak import vnni_peak_or_reason
 from relay_ext.measure.in_model import PREFIX, kernel_name, kernel_tasks, profiled_runs
 from relay_ext.measure.timing import load_average, settle, tvm_timer, with_tvm_threads
 from relay_ext.peers.base import PeerModel, first_line
@@ -116,6 +120,8 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
     tasks = (built.designs.tasks if built.designs is not None
              else lowered_tasks(loaded.mod, loaded.params, target, variant))
     rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds), tasks)
+    peak, peak_note = (vnni_peak_or_reason(threads) if any(row.uses_vnni for row in rows)
+                       else (None, "no fused op of this build uses VNNI"))
     if openvino:
         settle()  # TVM's pool workers spin a while after its last run: not into OpenVINO's time
     side, note = (None, "not asked for") if not openvino else _openvino_side(
@@ -126,7 +132,8 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
         layers_ms=sum(row.ms for row in rows), run_ms=run_ms, model_ms=model_ms, openvino=side,
         openvino_note=note, machine=machine_description(),
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        load_average=load)
+        load_average=load, vnni_peak_gmacs=None if peak is None else peak.gmacs,
+        vnni_peak_note=peak_note)
     attach_chart(result, Path(png) if png is not None else (
         None if work_dir is None else work_dir / PROFILE_CHART_FILE))
     return result
@@ -211,6 +218,7 @@ def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int, rounds: int,
     # the build names its kernels in another order than the task extraction names the tasks
     task_of = kernel_tasks(built.lib, tasks)
     signatures = {str(task.task_name): conv_signature(task) for task in tasks}
+    macs = {str(task.task_name): conv_macs(task) for task in tasks}
     rows = []
     for name, times in per_run.items():
         task = task_of.get(name)
@@ -220,7 +228,8 @@ def _tvm_side(built: Compiled, loaded: LoadedModel, threads: int, rounds: int,
             schedule=chosen.get(task, built.schedule),
             design=designs.get(task) if chosen.get(task) == "no-search" else None,
             kernel=kinds.get(PREFIX + name),
-            layer=describe(signature) if signature is not None else None))
+            layer=describe(signature) if signature is not None else None,
+            macs=None if macs.get(task) is None else macs[task] * calls[name]))
     rows.sort(key=lambda row: -row.ms)
     in_order = [(name, signatures.get(task_of.get(name))) for name in order]
     return rows, in_order, run_ms, 1e3 * statistics.median(latency)

@@ -37,6 +37,8 @@ def _ms(value) -> str:
 
 def profile_header(profile: Profile) -> List[str]:
     header = ["fused op", "calls", "ms", "share", "layer", "schedule", "kernel"]
+    if profile.vnni_peak_gmacs is not None:
+        header.append("of VNNI peak")
     if profile.openvino is not None:
         header += ["OpenVINO ms", "OpenVINO kernel"]
     return header
@@ -45,20 +47,24 @@ def profile_header(profile: Profile) -> List[str]:
 def profile_rows(profile: Profile) -> List[List[str]]:
     """One line per fused op, slowest first, then the executor's share and the totals."""
     with_openvino = profile.openvino is not None
+    with_peak = profile.vnni_peak_gmacs is not None
     lines = []
     for row in profile.rows:
         line = [short_name(row.name), str(row.calls), _ms(row.ms), f"{100 * row.share:.1f}%",
                 row.layer or "-", row.schedule or "-",
                 row.kernel + (f" ({row.design})" if row.design else "") if row.kernel else
                 (row.design or "-")]
+        if with_peak:
+            share = profile.peak_share(row)
+            line.append("-" if share is None else f"{100 * share:.0f}%")
         if with_openvino:
             line += [_ms(row.openvino_ms), row.openvino_kernel or "-"]
         lines.append(line)
     run = profile.run_ms or 1.0
 
     def total(name, ms, share="", openvino_ms="", openvino_text=""):
-        return [name, "", ms, share, "", "", ""] + ([openvino_ms, openvino_text] if with_openvino
-                                                   else [])
+        return ([name, "", ms, share, "", "", ""] + ([""] if with_peak else [])
+                + ([openvino_ms, openvino_text] if with_openvino else []))
 
     between = profile.between_kernels_ms
     lines.append(total(BETWEEN_KERNELS, _ms(between), f"{100 * between / run:.1f}%"))
@@ -74,6 +80,23 @@ def profile_rows(profile: Profile) -> List[List[str]]:
     lines.append(total("whole model, no profiler (as bench)", _ms(profile.model_ms), "",
                        _ms(side.model_ms) if side else "", "no counters" if side else ""))
     return lines
+
+
+def peak_line(profile: Profile) -> str:
+    """One line: this host's measured VNNI peak, the VNNI convs' multiply-adds, the least time
+    they take at the peak and the time they took; or why there is no peak."""
+    if profile.vnni_peak_gmacs is None:
+        return f"no VNNI peak: {profile.vnni_peak_note}"
+    line = (f"VNNI peak of this host, measured: {profile.vnni_peak_gmacs:.0f} G int8 "
+            f"multiply-adds/s on {profile.threads} threads")
+    convs = profile.vnni_convs()
+    took = sum(row.ms for row in convs)
+    if took <= 0:
+        return line + "; no VNNI conv timed"
+    floor = profile.vnni_floor_ms() or 0.0
+    return (f"{line}; the {len(convs)} VNNI convs' {sum(row.macs for row in convs) / 1e9:.3f} G "
+            f"multiply-adds (channels as TVM pads them) take {floor:.3f} ms at it, they took "
+            f"{took:.3f} ms ({100 * floor / took:.0f}% of the peak)")
 
 
 def profile_text(profile: Profile) -> str:
@@ -93,6 +116,7 @@ def profile_text(profile: Profile) -> str:
         largest = sorted(profile.openvino.unpaired, key=lambda layer: -layer.ms)[:5]
         lines += ["", "OpenVINO layers paired with no fused op, largest: " + "; ".join(
             f"{short_name(layer.name, 40)} {layer.part} {layer.ms:.3f} ms" for layer in largest)]
+    lines += ["", peak_line(profile)]
     if profile.chart_note:
         lines += ["", profile.chart_note]
     return "\n".join(lines)

@@ -23,7 +23,9 @@ class ProfileRow:
     ("tuned", "no-search" or "default": TVM's own); ``design``: the rule design's kind where
     that built it ("vnni tensorized", "amx", "tiled" ...); ``kernel``: the int8 instructions in its code ("AMX",
     "VNNI xN", "vpmaddubsw", "no int8 dot"). ``openvino_layers``: the OpenVINO nodes that run the
-    same convolutions (one per call), their summed time ``openvino_ms`` and their kernels."""
+    same convolutions (one per call), their summed time ``openvino_ms`` and their kernels.
+    ``macs``: the multiply-adds of its convolution, all its calls together, as TVM runs them
+    (:func:`relay_ext.latency.layer_pairing.conv_macs`; None: not a conv)."""
 
     name: str
     ms: float
@@ -36,6 +38,12 @@ class ProfileRow:
     openvino_layers: List[str] = dataclasses.field(default_factory=list)
     openvino_ms: Optional[float] = None
     openvino_kernel: Optional[str] = None
+    macs: Optional[int] = None
+
+    @property
+    def uses_vnni(self) -> bool:
+        """Whether its code computes with VNNI's ``vpdpbusd`` (its kernel reads ``VNNI xN``)."""
+        return bool(self.kernel) and self.kernel.startswith("VNNI")
 
     @property
     def ms_per_call(self) -> float:
@@ -73,7 +81,10 @@ class Profile:
     ``layers_ms``: the rows' sum; ``run_ms``: the debug executor's total for one run (the kernels
     and the executor's own work between them); ``model_ms``: the model's latency in the plain
     graph executor, as bench times it (no profiler). ``openvino``: OpenVINO's side, or None with
-    the reason in ``openvino_note``. ``chart``: the PNG written, or None with ``chart_note``."""
+    the reason in ``openvino_note``. ``chart``: the PNG written, or None with ``chart_note``.
+    ``vnni_peak_gmacs``: the int8 multiply-adds per second (in G) this host's VNNI dot product
+    can do on ``threads`` threads (:mod:`relay_ext.measure.dot_peak`), measured where a fused op
+    uses VNNI, else None with the reason in ``vnni_peak_note``."""
 
     model: str
     input_shape: List[int]
@@ -93,6 +104,25 @@ class Profile:
     machine: str = ""
     date: str = ""
     load_average: Optional[float] = None
+    vnni_peak_gmacs: Optional[float] = None
+    vnni_peak_note: Optional[str] = None
+
+    def peak_share(self, row: ProfileRow) -> Optional[float]:
+        """The share of the VNNI peak that ``row``'s conv ran at (its multiply-adds per second
+        over the peak), or None: no peak, not a conv, or no VNNI in its code."""
+        if self.vnni_peak_gmacs is None or not row.macs or not row.uses_vnni or row.ms <= 0:
+            return None
+        return row.macs / (row.ms * 1e6) / self.vnni_peak_gmacs
+
+    def vnni_convs(self) -> List[ProfileRow]:
+        """The rows of convs whose code uses VNNI (the rows :meth:`peak_share` rates)."""
+        return [row for row in self.rows if row.macs and row.uses_vnni]
+
+    def vnni_floor_ms(self) -> Optional[float]:
+        """The least time the VNNI convs' multiply-adds take at the peak, in ms (None: no peak)."""
+        if self.vnni_peak_gmacs is None:
+            return None
+        return sum(row.macs for row in self.vnni_convs()) / (self.vnni_peak_gmacs * 1e6)
 
     @property
     def between_kernels_ms(self) -> float:

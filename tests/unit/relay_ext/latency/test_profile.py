@@ -199,3 +199,56 @@ def test_a_no_search_builds_kept_designs_are_no_search_and_a_tuned_builds_record
         chosen, kinds = profile_module._schedules(built)  # pylint: disable=protected-access
         assert chosen == {"a": kept, "b": "default", "c": "no-search"}
         assert kinds == {"a": "amx", "b": "amx", "c": "amx"}
+
+
+def test_a_build_without_vnni_has_no_peak_and_each_conv_its_multiply_adds(profiled):
+    import re
+
+    result, _, _ = profiled
+    assert result.vnni_peak_gmacs is None
+    assert result.vnni_peak_note == "no fused op of this build uses VNNI"
+    assert f"no VNNI peak: {result.vnni_peak_note}" in profile_text(result)
+    convs = [row for row in result.rows if row.layer]
+    assert convs
+    for row in convs:  # conv K x K/S CIN->COUT, out H x W: one call's products, times its calls
+        k, _, cin, cout, height, width = map(int, re.match(
+            r"conv (\d+)x\d+/(\d+) (\d+)->(\d+), out (\d+)x(\d+)", row.layer).groups())
+        assert row.macs == row.calls * k * k * cin * cout * height * width, row
+    assert all(row.macs is None for row in result.rows if not row.layer)
+
+
+def test_each_vnni_conv_is_set_against_the_measured_peak():
+    """100 G multiply-adds/s: a VNNI conv of 10 M in 0.2 ms ran at 50 G, half of it; an AMX one
+    is not rated (AMX is not bound by VNNI's peak)."""
+    rows = [ProfileRow("fused_conv_vnni", 0.2, 0.4, 1, layer="conv", kernel="VNNI x14",
+                       macs=10_000_000),
+            ProfileRow("fused_conv_amx", 0.1, 0.2, 1, layer="conv", kernel="AMX", macs=10_000_000),
+            ProfileRow("fused_nn_pad", 0.05, 0.1, 2, kernel="no int8 dot")]
+    result = Profile("m", [1, 3, 8, 8], "llvm", "no-search", "ours", 2, 1, rows, 0.35, 0.5, 0.4,
+                     vnni_peak_gmacs=100.0)
+    assert result.peak_share(rows[0]) == pytest.approx(0.5)
+    assert result.peak_share(rows[1]) is None and result.peak_share(rows[2]) is None
+    assert result.vnni_convs() == [rows[0]] and result.vnni_floor_ms() == pytest.approx(0.1)
+    text = profile_text(result)
+    table = text.splitlines()[3:7]
+    assert "of VNNI peak" in table[0]
+    assert table[2].split()[-1] == "50%" and "VNNI x14" in table[2]
+    assert table[3].split()[-2:] == ["AMX", "-"]
+    assert ("the 1 VNNI convs' 0.010 G multiply-adds (channels as TVM pads them) take 0.100 ms "
+            "at it, they took 0.200 ms (50% of the peak)") in text
+    assert Profile.from_json(result.to_json()) == result
+
+
+@pytest.mark.skipif(bool(__import__("relay_ext.measure.dot_peak", fromlist=["x"]).missing_here()),
+                    reason="a VNNI build runs where the OS enables AVX-512 VNNI")
+def test_a_vnni_build_measures_the_peak_and_rates_its_convs(tiny):
+    from helpers import VNNI
+
+    result = profile_module.profile(tiny, target=VNNI, threads=1, rounds=1, openvino=False,
+                                    choose_per_task=False)
+    assert result.vnni_peak_gmacs > 0 and result.vnni_peak_note is None
+    rated = [row for row in result.rows if result.peak_share(row) is not None]
+    assert rated and all(row.kernel.startswith("VNNI") and row.macs for row in rated)
+    assert all(0 < result.peak_share(row) < 1.1 for row in rated), \
+        [(row.name, result.peak_share(row)) for row in rated]
+    assert "of VNNI peak" in profile_text(result)
