@@ -4,8 +4,8 @@ of every VNNI kernel, which ``quantfuse profile`` sets each convolution's time a
 A small kernel built with TVM runs, on each of ``threads`` threads (TVM's parallel loop, one
 iteration per worker), :data:`CHAINS` independent ``vpdpbusd`` accumulators (zmm registers) that
 each add 64 products per instruction, for :data:`STEPS` steps; nothing is loaded inside the loop.
-With 14 chains the instruction's latency (4-5 cycles) is hidden at any issue rate up to three per
-cycle, so the time is the CPU's throughput of the instruction, as a conv kernel meets it at best::
+With 14 chains the instruction's latency (4-5 cycles) is hidden at up to two instructions per cycle,
+so the time is the CPU's throughput of the instruction, as a conv kernel meets it at best::
 
     for t in parallel(threads):                 # one accumulator set per thread
         acc[14][16 x int32] = 0                 # a stack buffer LLVM keeps in 14 zmm registers
@@ -56,16 +56,11 @@ class DotPeak:
     macs_per_s: float
     threads: int
     chains: int = CHAINS
-    instruction: str = "vpdpbusd zmm"
 
     @property
     def gmacs(self) -> float:
         """Giga multiply-adds per second."""
         return self.macs_per_s / 1e9
-
-    def floor_ms(self, macs: float) -> float:
-        """The least time ``macs`` multiply-adds take at this peak, in ms."""
-        return 1e3 * macs / self.macs_per_s
 
 
 def peak_kernel(threads: int, chains: int = CHAINS) -> tvm.tir.PrimFunc:
