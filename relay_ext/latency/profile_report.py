@@ -94,9 +94,14 @@ def peak_line(profile: Profile) -> str:
     if took <= 0:
         return line + "; no VNNI conv timed"
     floor = profile.vnni_floor_ms() or 0.0
-    return (f"{line}; the {len(convs)} VNNI convs' {sum(row.macs for row in convs) / 1e9:.3f} G "
+    line = (f"{line}; the {len(convs)} VNNI convs' {sum(row.macs for row in convs) / 1e9:.3f} G "
             f"multiply-adds (channels as TVM pads them) take {floor:.3f} ms at it, they took "
             f"{took:.3f} ms ({100 * floor / took:.0f}% of the peak)")
+    above = [row for row in convs if (profile.peak_share(row) or 0.0) > 1.0]
+    if above:  # no kernel outruns the instruction: a timing that cannot be right
+        line += (f"; {len(above)} ran above the peak: timed while the host was busy, or too "
+                 "short (a few microseconds) to time closely")
+    return line
 
 
 def profile_text(profile: Profile) -> str:

@@ -237,6 +237,9 @@ def test_each_vnni_conv_is_set_against_the_measured_peak():
     assert ("the 1 VNNI convs' 0.010 G multiply-adds (channels as TVM pads them) take 0.100 ms "
             "at it, they took 0.200 ms (50% of the peak)") in text
     assert Profile.from_json(result.to_json()) == result
+    assert "above the peak" not in text
+    rows[0].ms = 0.05  # 200 G/s against a peak of 100: timed wrong
+    assert "1 ran above the peak: timed while the host was busy" in profile_text(result)
 
 
 @pytest.mark.skipif(bool(__import__("relay_ext.measure.dot_peak", fromlist=["x"]).missing_here()),
@@ -249,6 +252,8 @@ def test_a_vnni_build_measures_the_peak_and_rates_its_convs(tiny):
     assert result.vnni_peak_gmacs > 0 and result.vnni_peak_note is None
     rated = [row for row in result.rows if result.peak_share(row) is not None]
     assert rated and all(row.kernel.startswith("VNNI") and row.macs for row in rated)
-    assert all(0 < result.peak_share(row) < 1.1 for row in rated), \
-        [(row.name, result.peak_share(row)) for row in rated]
+    for row in rated:  # its products per second over the peak (tiny's convs take microseconds:
+        # how close to the peak they come is no test here, timed among other work)
+        assert result.peak_share(row) == pytest.approx(
+            row.macs / (row.ms * 1e-3) / (result.vnni_peak_gmacs * 1e9))
     assert "of VNNI peak" in profile_text(result)
