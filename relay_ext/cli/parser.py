@@ -103,7 +103,7 @@ COMMANDS = {
                 "between kernels; the whole model's latency without the profiler. Where "
                 "OpenVINO is installed and reads the model (an ONNX file, or a built-in model's "
                 "ONNX export), its own per-layer counters beside: each TVM convolution paired "
-                "with OpenVINO's of the same shape. Where a kernel uses AVX-512 VNNI, each "
+                "with OpenVINO's of the same shape. Where a conv's kernel uses AVX-512 VNNI, each "
                 "such conv's share of this CPU's VNNI peak (measured on the same threads). "
                 "A bar chart goes to --png, else "
                 "profile.png in the work dir."),

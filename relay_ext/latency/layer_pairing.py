@@ -46,7 +46,8 @@ def peer_signature(cin: int, cout: int, groups: int, kernel: int, stride: int, h
 
 
 def _conv_call(task: ms.ExtractedTask) -> Optional[relay.Call]:
-    """The task's first conv2d call (None: it has none)."""
+    """The task's first conv2d call; None where it has none or runs a dense layer
+    (:func:`_dense_as_conv`)."""
     (_, func), = task.mod.functions.items()
     found: List[relay.Call] = []
 
@@ -56,7 +57,9 @@ def _conv_call(task: ms.ExtractedTask) -> Optional[relay.Call]:
             found.append(node)
 
     relay.analysis.post_order_visit(func.body, visit)
-    return found[0] if found else None
+    if not found or _dense_as_conv(found[0]):
+        return None
+    return found[0]
 
 
 def _data_channels(node: relay.Call) -> int:
@@ -74,36 +77,33 @@ def conv_signature(task: ms.ExtractedTask) -> Optional[Signature]:
     node = _conv_call(task)
     if node is None:
         return None
-    data = [int(d) for d in node.args[0].checked_type.shape]
     out = [int(d) for d in node.checked_type.shape]
     height, width = ((out[2], out[3]) if str(node.attrs.data_layout).startswith("NCHW")
                      else (out[1], out[2]))
-    kernel = int(node.attrs.kernel_size[0])
-    if _dense_as_conv(node, kernel, data):
-        return None
     cin, cout = tvm_channels(_data_channels(node), int(node.attrs.channels),
                              int(node.attrs.groups))
-    return (cin, cout, kernel, int(node.attrs.strides[0]), height, width)
+    return (cin, cout, int(node.attrs.kernel_size[0]), int(node.attrs.strides[0]), height, width)
 
 
 def conv_macs(task: ms.ExtractedTask) -> Optional[int]:
     """The multiply-adds of one call of the task's convolution as TVM's build runs it (the
     channels of its input and output tensors, padded where TOPI pads them; a grouped conv's
     inputs per group), or None where :func:`conv_signature` is None."""
-    if conv_signature(task) is None:
-        return None
     node = _conv_call(task)
+    if node is None:
+        return None
     outputs = int(np.prod([int(d) for d in node.checked_type.shape]))
     taps = int(np.prod([int(k) for k in node.attrs.kernel_size]))
     return outputs * taps * (_data_channels(node) // int(node.attrs.groups))
 
 
-def _dense_as_conv(node: relay.Call, kernel: int, data_shape: List[int]) -> bool:
+def _dense_as_conv(node: relay.Call) -> bool:
     """A dense layer that TVM runs as a 1x1 int16 conv over a 1x1 map (targets without VNNI,
     :func:`relay_ext.lowering.x86.int16_pair_conv.int16_dense`): no conv to the peers, whose
     layer is a fully connected one."""
+    data_shape = [int(d) for d in node.args[0].checked_type.shape]
     spatial = data_shape[2:4] if str(node.attrs.data_layout).startswith("NCHW") else data_shape[1:3]
-    return (kernel == 1 and list(spatial) == [1, 1]
+    return (int(node.attrs.kernel_size[0]) == 1 and list(spatial) == [1, 1]
             and str(node.args[0].checked_type.dtype) == "int16")
 
 

@@ -19,7 +19,7 @@ Each side is timed after a pause that lets the threads of the work before it go 
 counters read while they spin run up to twice as long.
 Inside the model a kernel finds its weights cold and its input just written by the op before:
 these times, not those of each task timed alone, add up to the model.
-Where a kernel computes with AVX-512 VNNI, the host's VNNI peak is measured on the same threads
+Where a conv's kernel computes with AVX-512 VNNI, the host's VNNI peak is measured on the same threads
 (:mod:`relay_ext.measure.dot_peak`) and each such conv's multiply-adds per second are given as a
 share of it: the ceiling a faster kernel cannot pass.
 
@@ -120,8 +120,8 @@ def profile(model: Union[LoadedModel, PathLike], *, target: TargetLike = "host",
     tasks = (built.designs.tasks if built.designs is not None
              else lowered_tasks(loaded.mod, loaded.params, target, variant))
     rows, calls, run_ms, model_ms = _tvm_side(built, loaded, threads, int(rounds), tasks)
-    peak, peak_note = (vnni_peak_or_reason(threads) if any(row.uses_vnni for row in rows)
-                       else (None, "no fused op of this build uses VNNI"))
+    peak, peak_note = (vnni_peak_or_reason(threads) if any(row.is_vnni_conv for row in rows)
+                       else (None, "no conv of this build uses VNNI"))
     if openvino:
         settle()  # TVM's pool workers spin a while after its last run: not into OpenVINO's time
     side, note = (None, "not asked for") if not openvino else _openvino_side(

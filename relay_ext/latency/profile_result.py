@@ -41,9 +41,10 @@ class ProfileRow:
     macs: Optional[int] = None
 
     @property
-    def uses_vnni(self) -> bool:
-        """Whether its code computes with VNNI's ``vpdpbusd`` (its kernel reads ``VNNI xN``)."""
-        return bool(self.kernel) and self.kernel.startswith("VNNI")
+    def is_vnni_conv(self) -> bool:
+        """Whether it runs a conv (its multiply-adds known) with VNNI's ``vpdpbusd`` (its kernel
+        reads ``VNNI xN``): a row that can be set against the VNNI peak."""
+        return bool(self.macs) and bool(self.kernel) and self.kernel.startswith("VNNI")
 
     @property
     def ms_per_call(self) -> float:
@@ -83,7 +84,7 @@ class Profile:
     graph executor, as bench times it (no profiler). ``openvino``: OpenVINO's side, or None with
     the reason in ``openvino_note``. ``chart``: the PNG written, or None with ``chart_note``.
     ``vnni_peak_gmacs``: the int8 multiply-adds per second (in G) this host's VNNI dot product
-    can do on ``threads`` threads (:mod:`relay_ext.measure.dot_peak`), measured where a fused op
+    can do on ``threads`` threads (:mod:`relay_ext.measure.dot_peak`), measured where a conv
     uses VNNI, else None with the reason in ``vnni_peak_note``."""
 
     model: str
@@ -110,13 +111,13 @@ class Profile:
     def peak_share(self, row: ProfileRow) -> Optional[float]:
         """The share of the VNNI peak that ``row``'s conv ran at (its multiply-adds per second
         over the peak), or None: no peak, not a conv, or no VNNI in its code."""
-        if self.vnni_peak_gmacs is None or not row.macs or not row.uses_vnni or row.ms <= 0:
+        if self.vnni_peak_gmacs is None or not row.is_vnni_conv or row.ms <= 0:
             return None
         return row.macs / (row.ms * 1e6) / self.vnni_peak_gmacs
 
     def vnni_convs(self) -> List[ProfileRow]:
         """The rows of convs whose code uses VNNI (the rows :meth:`peak_share` rates)."""
-        return [row for row in self.rows if row.macs and row.uses_vnni]
+        return [row for row in self.rows if row.is_vnni_conv]
 
     def vnni_floor_ms(self) -> Optional[float]:
         """The least time the VNNI convs' multiply-adds take at the peak, in ms (None: no peak)."""

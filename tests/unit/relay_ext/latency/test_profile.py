@@ -17,6 +17,7 @@ from relay_ext.lowering import targets
 from relay_ext.measure.in_model import kernel_name
 
 from conftest import AVX2
+from helpers import VNNI, host_has_vnni
 
 OPENVINO_HERE = all(importlib.util.find_spec(name) is not None
                     for name in ("openvino", "onnx", "onnxruntime"))
@@ -206,7 +207,7 @@ def test_a_build_without_vnni_has_no_peak_and_each_conv_its_multiply_adds(profil
 
     result, _, _ = profiled
     assert result.vnni_peak_gmacs is None
-    assert result.vnni_peak_note == "no fused op of this build uses VNNI"
+    assert result.vnni_peak_note == "no conv of this build uses VNNI"
     assert f"no VNNI peak: {result.vnni_peak_note}" in profile_text(result)
     convs = [row for row in result.rows if row.layer]
     assert convs
@@ -242,11 +243,9 @@ def test_each_vnni_conv_is_set_against_the_measured_peak():
     assert "1 ran above the peak: timed while the host was busy" in profile_text(result)
 
 
-@pytest.mark.skipif(bool(__import__("relay_ext.measure.dot_peak", fromlist=["x"]).missing_here()),
-                    reason="a VNNI build runs where the OS enables AVX-512 VNNI")
+@pytest.mark.skipif(not host_has_vnni(), reason="a VNNI build runs where the OS enables "
+                    "AVX-512 VNNI")
 def test_a_vnni_build_measures_the_peak_and_rates_its_convs(tiny):
-    from helpers import VNNI
-
     result = profile_module.profile(tiny, target=VNNI, threads=1, rounds=1, openvino=False,
                                     choose_per_task=False)
     assert result.vnni_peak_gmacs > 0 and result.vnni_peak_note is None
