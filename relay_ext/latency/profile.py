@@ -19,9 +19,9 @@ Each side is timed after a pause that lets the threads of the work before it go 
 counters read while they spin run up to twice as long.
 Inside the model a kernel finds its weights cold and its input just written by the op before:
 these times, not those of each task timed alone, add up to the model.
-Where a conv's kernel computes with AVX-512 VNNI, the host's VNNI peak is measured on the same threads
-(:mod:`relay_ext.measure.dot_peak`) and each such conv's multiply-adds per second are given as a
-share of it: the ceiling a faster kernel cannot pass.
+Where a conv's kernel computes with AVX-512 VNNI, the host's VNNI peak is measured on the same
+threads (:mod:`relay_ext.measure.dot_peak`) and each such conv's multiply-adds per second are
+given as a share of it: the ceiling a faster kernel cannot pass.
 
 OpenVINO's side, where OpenVINO is installed and can read the model: a model loaded from an
 ``.onnx`` file is read as it is; a built-in model is exported as bench exports it (a QDQ ONNX
