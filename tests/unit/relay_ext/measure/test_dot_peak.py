@@ -2,6 +2,8 @@
 independent accumulators kept in registers, its timing gives a rate, a kernel that skips its
 products is caught, and a host without VNNI gets the reason instead of a number."""
 
+import math
+
 import pytest
 import tvm
 from tvm.script import tir as T
@@ -29,10 +31,9 @@ def test_the_peak_is_measured_on_each_thread_and_checked_against_numpy():
     one = dot_peak.measure_vnni_peak(1, steps=200_000, repeats=3)
     two = dot_peak.measure_vnni_peak(2, steps=200_000, repeats=3)
     assert one.threads == 1 and two.threads == 2 and one.chains == dot_peak.CHAINS
-    # per thread: below 3 instructions a cycle at 6 GHz; above 0.1 per ns even on a busy host
+    # the sums were checked inside (else RuntimeError); how fast it ran is no unit test's business
     for peak in (one, two):
-        per_thread = peak.gmacs / peak.threads
-        assert 0.1 * dot_peak.PRODUCTS < per_thread < 3 * 6 * dot_peak.PRODUCTS, peak
+        assert math.isfinite(peak.macs_per_s) and peak.macs_per_s > 0, peak
     assert two.gmacs == pytest.approx(two.macs_per_s / 1e9)
 
 
