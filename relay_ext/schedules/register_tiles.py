@@ -10,8 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from tvm.target import Target
 
-# TVM's runtime::kMaxStackAlloca: a CPU buffer below it is a stack alloca (LowerTVMBuiltin)
-STACK_BYTES = 1024
+from relay_ext.lowering.x86.vnni_conv_schedule import STACK_BYTES  # a buffer below it: a stack alloca
 OC_BLOCK = 16  # output channels per block of the int8 NCHWc convs (VNNI's 16 int32 lanes)
 
 

@@ -183,11 +183,13 @@ def conv2d_nchwc_int16(data: te.Tensor, kernel: te.Tensor, strides, padding, dil
                                      out_dtype, n_elems=PAIR)
 
 
-def register_tile(columns: int, vectors_per_column: int, lanes: int) -> int:
-    """Output columns a register tile holds: the most dividing ``columns`` whose accumulators
-    (``vectors_per_column`` each) fit :data:`ACCUMULATORS`."""
-    budget = max(ACCUMULATORS.get(lanes, 12) // max(vectors_per_column, 1), 1)
-    return max(n for n in range(1, columns + 1) if columns % n == 0 and n <= budget)
+def register_tile(columns: int, oc_bn: int, lanes: int,
+                  vectors_per_column: Optional[int] = None) -> int:
+    """Output columns of an int16 conv's register tile: :func:`.vnni_conv_schedule.block_width`
+    with the accumulators of ``lanes``-lane vectors (:data:`ACCUMULATORS`), ``oc_bn / lanes`` of
+    them per column unless ``vectors_per_column`` says otherwise."""
+    vectors = vectors_per_column if vectors_per_column is not None else oc_bn // lanes
+    return vnni_conv_schedule.block_width(columns, oc_bn, ACCUMULATORS.get(lanes, 12), vectors)
 
 
 def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
@@ -197,8 +199,8 @@ def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
     column's vectors at once); 0 where it does not. On AVX2 (16 channels = 2 vectors, 12
     accumulators) a width of 7 or 14 gets 7 columns instead of 1 or 2 (2 or 4 accumulators)."""
     vectors = max(oc_bn // lanes, 1)
-    together = register_tile(columns, vectors, lanes) * vectors
-    apart = register_tile(columns, 1, lanes)
+    together = register_tile(columns, oc_bn, lanes) * vectors
+    apart = register_tile(columns, oc_bn, lanes, vectors_per_column=1)
     return apart if vectors > 1 and apart > together else 0
 
 
@@ -225,7 +227,7 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         # computed per block of columns, not per column of the fused epilogue (TOPI's)
         vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
             schedule, {"unroll_kw": True}, data_vec, kernel_vec, conv, outs[0], lanes=lanes,
-            intrin=pmaddwd_intrinsic(lanes), columns=apart or register_tile(ow, oc_bn // lanes, lanes),
+            intrin=pmaddwd_intrinsic(lanes), columns=apart or register_tile(ow, oc_bn, lanes),
             vectors_outside=bool(apart))
 
     traverse_inline(schedule, outs[0].op, callback)

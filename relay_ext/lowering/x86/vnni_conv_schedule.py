@@ -45,7 +45,9 @@ logger = logging.getLogger(__name__)
 MAX_ACCUMULATORS = 15
 INT32_LANES = 16  # one zmm register of int32
 INT8_GROUP = 4  # bytes a vpdpbusd lane sums
-_STACK_BYTES = 1024  # runtime::kMaxStackAlloca: a local buffer this large or larger goes to the heap
+# TVM's runtime::kMaxStackAlloca: a CPU buffer this large or larger is allocated on the heap
+# (TVMBackendAllocWorkspace, a runtime call), where LLVM no longer keeps it in registers
+STACK_BYTES = 1024
 
 _topi_schedule: Optional[Callable[..., Any]] = None
 
@@ -59,17 +61,20 @@ def target_uses_vnni(target: Optional[Target] = None) -> bool:
     return bool(target_has_features(["avx512vnni", "avx512bw", "avx512f"], target))
 
 
-def block_width(out_width: int, oc_bn: int, limit: int = MAX_ACCUMULATORS) -> int:
-    """Output columns per block: the largest divisor of ``out_width`` whose block of
-    ``columns x oc_bn / 16`` accumulators is at most ``limit`` and fits on the stack."""
-    vectors_per_column = max(1, oc_bn // INT32_LANES)
+def block_width(out_width: int, oc_bn: int, limit: int = MAX_ACCUMULATORS,
+                vectors_per_column: Optional[int] = None) -> int:
+    """Output columns per block: the largest divisor of ``out_width`` whose block of ``columns x
+    vectors_per_column`` accumulators (default ``oc_bn / 16``, a channel block's int32 vectors) is
+    at most ``limit``, and whose buffer (``columns x oc_bn`` int32) stays below
+    :data:`STACK_BYTES`, on the stack."""
+    if vectors_per_column is None:
+        vectors_per_column = oc_bn // INT32_LANES
+    vectors_per_column = max(1, vectors_per_column)
     best = 1
     for columns in range(1, out_width + 1):
         if out_width % columns:
             continue
-        if columns * vectors_per_column > limit:
-            break
-        if columns * oc_bn * 4 >= _STACK_BYTES:
+        if columns * vectors_per_column > limit or columns * oc_bn * 4 >= STACK_BYTES:
             break
         best = columns
     return best

@@ -11,7 +11,7 @@ from tvm import relay
 
 from relay_ext.build import compile
 from relay_ext.lowering import targets
-from relay_ext.lowering.x86 import int16_pair_conv, x86_codegen
+from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule, x86_codegen
 from relay_ext.measure.run import run_module
 from relay_ext.report.layout_transforms import layout_transforms_of_module
 
@@ -173,15 +173,17 @@ def test_two_int16_convs_share_the_int8_block_no_layout_copy_between_them():
     assert len(_int16_convs(mod, AVX2)) == 2
 
 
-@pytest.mark.parametrize("columns, vectors, lanes, width", [
-    (56, 2, 8, 4),     # AVX2: 12 accumulators, 2 vectors of 8 channels per column
-    (14, 2, 8, 2),     # 3 does not divide 14
-    (7, 2, 8, 1),      # no divisor of 7 between 1 and 6
-    (28, 1, 16, 14),   # AVX-512: 24 accumulators of 16 channels
+@pytest.mark.parametrize("columns, lanes, width", [
+    (56, 8, 4),      # AVX2: 12 accumulators, 2 vectors of 8 channels per column
+    (14, 8, 2),      # 3 does not divide 14
+    (7, 8, 1),       # no divisor of 7 between 1 and 6
+    (28, 16, 14),    # AVX-512: 24 accumulators of 16 channels
+    (112, 16, 14),   # 16 would fit 24 accumulators, but 16 x 64 bytes is TVM's heap size
 ])
-def test_register_tile_fits_the_accumulator_budget(columns, vectors, lanes, width):
-    assert int16_pair_conv.register_tile(columns, vectors, lanes) == width
-    assert width * vectors <= int16_pair_conv.ACCUMULATORS[lanes]
+def test_register_tile_fits_the_accumulators_and_the_stack(columns, lanes, width):
+    assert int16_pair_conv.register_tile(columns, 16, lanes) == width
+    assert width * (16 // lanes) <= int16_pair_conv.ACCUMULATORS[lanes]
+    assert width * 16 * 4 < vnni_conv_schedule.STACK_BYTES
 
 
 @pytest.mark.parametrize("columns, oc_bn, lanes, apart", [
