@@ -16,6 +16,7 @@ from meta_rules.rule_sets import check_variant
 from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
 from relay_ext.lowering.tir_converter import CONVERTER_NAME, DEFAULT_CONVERTER_NAME
+from relay_ext.lowering.x86.prefetch_next_weights import prefetch_next_weights
 from relay_ext.lowering.x86.round_and_convert import round_and_convert
 from relay_ext.lowering.zero_based_loops import zero_based_loops
 
@@ -62,11 +63,12 @@ def pass_config(variant: str) -> Dict[str, Any]:
 # and on AVX-512 rounds and converts float vectors to int32 in one instruction
 # (relay_ext.lowering.x86.round_and_convert), after it. Loops that a partition left starting
 # elsewhere than 0 are moved to 0 first (relay_ext.lowering.zero_based_loops: TVM's CPU code
-# generator takes no other loop).
+# generator takes no other loop). A VNNI kernel's reduction loop also prefetches the weights its
+# thread reads two blocks later into L2 (relay_ext.lowering.x86.prefetch_next_weights).
 BUILD_OPTIONS: Dict[str, Any] = {
     "tir.disable_cse_tir": True,
-    "tir.add_lower_pass": [(0, zero_based_loops), (1, clamp_in_float), (3, inline_vector_lets),
-                           (3, round_and_convert)],
+    "tir.add_lower_pass": [(0, zero_based_loops), (1, clamp_in_float), (2, prefetch_next_weights),
+                           (3, inline_vector_lets), (3, round_and_convert)],
 }
 
 

@@ -24,6 +24,7 @@ from relay_ext import pass_config
 from relay_ext.lowering import tir_converter as conv
 from relay_ext.lowering.clamp_in_float import clamp_in_float
 from relay_ext.lowering.inline_vector_lets import inline_vector_lets
+from relay_ext.lowering.x86.prefetch_next_weights import prefetch_next_weights
 from relay_ext.lowering.x86.round_and_convert import round_and_convert
 from relay_ext.lowering.zero_based_loops import zero_based_loops
 
@@ -175,13 +176,14 @@ def test_pass_config(variant, converter):
         "relay.backend.tir_converter": converter,
         "tir.disable_cse_tir": True,
         "tir.add_lower_pass": [(0, zero_based_loops), (1, clamp_in_float),
-                               (3, inline_vector_lets), (3, round_and_convert)],
+                               (2, prefetch_next_weights), (3, inline_vector_lets),
+                               (3, round_and_convert)],
     }
     with tvm.transform.PassContext(config=config) as ctx:  # TVM knows every option
         assert str(ctx.config["relay.backend.tir_converter"]) == converter
         passes = [entry[1] for entry in ctx.config["tir.add_lower_pass"]]
-        for found, wanted in zip(passes, [zero_based_loops, clamp_in_float, inline_vector_lets,
-                                          round_and_convert], strict=True):
+        for found, wanted in zip(passes, [zero_based_loops, clamp_in_float, prefetch_next_weights,
+                                          inline_vector_lets, round_and_convert], strict=True):
             assert found.same_as(wanted)
     assert pass_config(variant) is not config  # callers may add options to their copy
     assert relay_ext.pass_config is pass_config
