@@ -46,7 +46,8 @@ from typing import List, Optional
 import tvm
 from tvm import tir
 
-DOT_INTRINSICS = ("llvm.x86.avx512.vpdpbusd.512",)
+from relay_ext.lowering.x86.vnni_intrinsics import VPDPBUSD
+
 BLOCKS_AHEAD = 2
 # a weight vector used by fewer dot products than this in the loop body is streamed once, as a
 # dense layer's: the hardware prefetcher follows it, and a prefetch per product only adds loads
@@ -55,20 +56,15 @@ MIN_USES_PER_LINE = 2
 READ, LOCALITY_L2, DATA_CACHE = 0, 2, 1
 
 
-def _dot_ids() -> List[int]:
-    lookup = tvm.target.codegen.llvm_lookup_intrinsic_id
-    return [lookup(name) for name in DOT_INTRINSICS if lookup(name)]
-
-
-def _weight_loads(stmt: tir.Stmt, parallel: tir.Var, dot_ids: List[int]) -> List[tir.BufferLoad]:
-    """The vector loads that are the weight operand (the last argument) of the dot intrinsic calls
-    in ``stmt`` and whose index depends on ``parallel``."""
+def _weight_loads(stmt: tir.Stmt, parallel: tir.Var, dot_id: int) -> List[tir.BufferLoad]:
+    """The vector loads that are the weight operand (the last argument) of the ``vpdpbusd`` calls
+    (LLVM intrinsic ``dot_id``) in ``stmt`` and whose index depends on ``parallel``."""
     found: List[tir.BufferLoad] = []
 
     def visit(node):
         if not (isinstance(node, tir.Call) and isinstance(node.op, tvm.ir.Op)
                 and node.op.name == "tir.call_llvm_pure_intrin"
-                and isinstance(node.args[0], tir.IntImm) and int(node.args[0]) in dot_ids):
+                and isinstance(node.args[0], tir.IntImm) and int(node.args[0]) == dot_id):
             return
         weight = node.args[-1]
         if isinstance(weight, tir.BufferLoad) and len(weight.indices) == 1 and \
@@ -129,11 +125,11 @@ def block_step(index: tir.PrimExpr, parallel: tir.Var, extent: int) -> Optional[
     return None
 
 
-def _with_prefetches(loop: tir.For, parallel: tir.For, dot_ids: List[int]) -> Optional[tir.For]:
+def _with_prefetches(loop: tir.For, parallel: tir.For, dot_id: int) -> Optional[tir.For]:
     """``loop`` (an innermost loop of dot calls) with a prefetch of each of its weight lines for
     the block :data:`BLOCKS_AHEAD` ahead, or None where it reads no block that depends on the
     parallel loop."""
-    loads = _weight_loads(loop.body, parallel.loop_var, dot_ids)
+    loads = _weight_loads(loop.body, parallel.loop_var, dot_id)
     if not loads or not isinstance(parallel.extent, tir.IntImm):
         return None
     extent = int(parallel.extent)
@@ -167,11 +163,11 @@ def _has_for(stmt: tir.Stmt) -> bool:
     return bool(found)
 
 
-def _innermost_dot_loops(parallel: tir.For, dot_ids: List[int]) -> tir.Stmt:
+def _innermost_dot_loops(parallel: tir.For, dot_id: int) -> tir.Stmt:
     def rewrite(node):
         if node.kind not in (tir.ForKind.SERIAL, tir.ForKind.UNROLLED) or _has_for(node.body):
             return None  # only the innermost loops hold the dot calls
-        return _with_prefetches(node, parallel, dot_ids)
+        return _with_prefetches(node, parallel, dot_id)
 
     return tir.stmt_functor.ir_transform(parallel.body, None, rewrite, ["tir.For"])
 
@@ -180,14 +176,14 @@ def _innermost_dot_loops(parallel: tir.For, dot_ids: List[int]) -> tir.Stmt:
 def prefetch_next_weights(func: tir.PrimFunc, _mod, _ctx) -> tir.PrimFunc:
     """Prefetch, in each innermost reduction loop of ``vpdpbusd`` calls, the weight lines of the
     block :data:`BLOCKS_AHEAD` blocks further along the enclosing parallel loop."""
-    dot_ids = _dot_ids()
-    if not dot_ids:
+    dot_id = tvm.target.codegen.llvm_lookup_intrinsic_id(VPDPBUSD)
+    if not dot_id:  # an LLVM without the instruction
         return func
 
     def rewrite(node):
         if node.kind != tir.ForKind.PARALLEL:
             return None
-        body = _innermost_dot_loops(node, dot_ids)
+        body = _innermost_dot_loops(node, dot_id)
         if body.same_as(node.body):
             return None
         return tir.For(node.loop_var, node.min, node.extent, node.kind, body,
