@@ -131,7 +131,7 @@ VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 def host_has_vnni() -> bool:
     from relay_ext.lowering import targets
 
-    return targets.host_cpu_flags() is not None and not targets.missing_features(VNNI)
+    return not targets.missing_here(VNNI)
 
 
 def run_child(code: str) -> str:

@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 # ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
 HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
+# what missing_here names where the OS does not say which CPU features it enables
+UNREADABLE_FLAGS = "a readable /proc/cpuinfo (the CPU's flags)"
 
 # The -mcpu picked for this host, best first: the first whose features the OS enables all of
 # (names as /proc/cpuinfo spells them). TVM's x86 schedules and MetaSchedule's x86 rules key on
@@ -231,6 +233,16 @@ def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) 
     """The instruction-set features ``target``'s code may use that the OS of this machine does
     not enable, by LLVM name (empty when it can run here, or when the host's flags are unknown)."""
     return _missing_features(resolve_target(target), flags)
+
+
+def missing_here(target: TargetLike) -> List[str]:
+    """:func:`missing_features` for a caller that must not run code it cannot vouch for (a
+    measurement, a test that executes ``target``'s code): where this OS does not list its CPU
+    flags, the one entry :data:`UNREADABLE_FLAGS` instead of nothing."""
+    flags = host_cpu_flags()
+    if flags is None:
+        return [UNREADABLE_FLAGS]
+    return missing_features(target, flags)
 
 
 def _missing_features(target: Target, flags: Optional[Iterable[str]]) -> List[str]:

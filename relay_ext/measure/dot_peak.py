@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tvm
 from tvm.script import tir as T
 
-from relay_ext.lowering.targets import host_cpu_flags, missing_features
+from relay_ext.lowering.targets import missing_here
 from relay_ext.lowering.x86.vnni_intrinsics import VPDPBUSD
 from relay_ext.measure.timing import with_tvm_threads
 
@@ -90,14 +90,6 @@ def peak_kernel(threads: int, chains: int = CHAINS) -> tvm.tir.PrimFunc:
     return kernel.with_attr("global_symbol", FUNCTION)
 
 
-def missing_here() -> List[str]:
-    """What the kernel's target needs that this host's OS does not enable (empty: it runs)."""
-    flags = host_cpu_flags()
-    if flags is None:
-        return ["a readable /proc/cpuinfo (the CPU's flags)"]
-    return missing_features(TARGET, flags)
-
-
 def measure_vnni_peak(threads: int, steps: int = STEPS, repeats: int = REPEATS,
                       chains: int = CHAINS) -> DotPeak:
     """The best of ``repeats`` timings of :func:`peak_kernel` on ``threads`` threads of TVM's
@@ -107,7 +99,7 @@ def measure_vnni_peak(threads: int, steps: int = STEPS, repeats: int = REPEATS,
     if min(int(threads), int(steps), int(repeats), int(chains)) < 1:
         raise ValueError(f"threads, steps, repeats and chains must be positive, got "
                          f"{threads}, {steps}, {repeats}, {chains}")
-    missing = missing_here()
+    missing = missing_here(TARGET)
     if missing:  # the AVX-512 ones say it; the rest of cascadelake's long list does not
         named = [feature for feature in missing if feature.startswith("avx512")] or missing
         raise PeakUnavailable(f"this host's OS does not enable {', '.join(named)}: no AVX-512 "

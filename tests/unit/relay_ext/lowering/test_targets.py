@@ -129,3 +129,14 @@ def test_generic_llvm_warning_names_this_hosts_target(avx2_host, caplog):
     assert len(caplog.records) == 1, caplog.records
     assert "no -mcpu" in caplog.records[0].getMessage()
     assert "llvm -mcpu=core-avx2" in caplog.records[0].getMessage()
+
+
+def test_missing_here_does_not_vouch_for_a_host_whose_flags_it_cannot_read(monkeypatch):
+    """missing_features treats unknown flags as nothing missing (a build may go on); missing_here,
+    for callers about to run the code, names the unreadable flags instead."""
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: None)
+    assert targets.missing_features("llvm -mcpu=cascadelake") == []
+    assert targets.missing_here("llvm -mcpu=cascadelake") == [targets.UNREADABLE_FLAGS]
+    monkeypatch.setattr(targets, "host_cpu_flags", lambda: AMD_AVX2_VM)
+    assert "avx512vnni" in targets.missing_here("llvm -mcpu=cascadelake")
+    assert targets.missing_here("llvm -mcpu=core-avx2") == []

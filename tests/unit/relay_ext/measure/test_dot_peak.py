@@ -9,10 +9,12 @@ import tvm
 from tvm.script import tir as T
 
 from relay_ext.latency.layer_pairing import asm_kernel_kind
+from relay_ext.lowering import targets
+from relay_ext.lowering.targets import missing_here
 from relay_ext.measure import dot_peak
 
-needs_vnni = pytest.mark.skipif(bool(dot_peak.missing_here()),
-                                reason=f"this host's OS does not enable {dot_peak.missing_here()}"
+needs_vnni = pytest.mark.skipif(bool(missing_here(dot_peak.TARGET)),
+                                reason=f"this host's OS does not enable {missing_here(dot_peak.TARGET)}"
                                        " (AVX-512 VNNI runs the peak kernel)")
 
 
@@ -52,7 +54,7 @@ def test_a_kernel_that_skips_its_products_is_caught(monkeypatch):
 
 
 def test_a_host_without_vnni_gets_the_reason(monkeypatch):
-    monkeypatch.setattr(dot_peak, "host_cpu_flags",
+    monkeypatch.setattr(targets, "host_cpu_flags",
                         lambda: frozenset({"avx", "avx2", "fma", "sse4_2", "avx512f"}))
     with pytest.raises(dot_peak.PeakUnavailable, match="does not enable avx512bw.*avx512vnni"):
         dot_peak.measure_vnni_peak(2)
