@@ -35,9 +35,9 @@ weight vector once (a dense layer at batch 1 streams its weights, which the hard
 follows; a prefetch per product made ResNet-50's classifier 1.2x slower), and every kernel without
 ``vpdpbusd`` (AMX, float, and the int16 kernels of targets without VNNI, whose AVX2 builds ran
 ResNet-50 1.02x slower with it). A block's rows all issue the prefetches (only the first row's
-fetch anything; the rest find the lines in L2): issuing each line once a block ran no faster. Runs as a phase-2 lowering pass
-(``tir.add_lower_pass``: the tensorized VNNI calls exist from then on) in every build quantfuse
-makes; the outputs are the same (a prefetch changes no value).
+fetch anything; the rest find the lines in L2): issuing each line once a block ran no faster.
+Runs as a phase-2 lowering pass (``tir.add_lower_pass``: the tensorized VNNI calls exist from
+then on) in every build quantfuse makes; the outputs are the same (a prefetch changes no value).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ from tvm.script import tir as T
 
 from relay_ext.latency.layer_pairing import asm_kernel_kind
 from relay_ext.lowering import targets
-from relay_ext.lowering.targets import missing_here
 from relay_ext.measure import dot_peak
 
-needs_vnni = pytest.mark.skipif(bool(missing_here(dot_peak.TARGET)),
-                                reason=f"this host's OS does not enable {missing_here(dot_peak.TARGET)}"
+needs_vnni = pytest.mark.skipif(bool(targets.missing_here(dot_peak.TARGET)),
+                                reason="this host's OS does not enable "
+                                       f"{targets.missing_here(dot_peak.TARGET)}"
                                        " (AVX-512 VNNI runs the peak kernel)")
 
 
