@@ -43,8 +43,7 @@ logger = logging.getLogger(__name__)
 # ``--target host`` / ``target="host"``: this machine's best target (:func:`host_llvm_target`).
 HOST = "host"
 CPUINFO = Path("/proc/cpuinfo")
-# what missing_here names where the OS does not say which CPU features it enables
-UNREADABLE_FLAGS = "a readable /proc/cpuinfo (the CPU's flags)"
+UNREADABLE_FLAGS = "a readable /proc/cpuinfo (the CPU's flags)"  # what missing_here then lacks
 
 # The -mcpu picked for this host, best first: the first whose features the OS enables all of
 # (names as /proc/cpuinfo spells them). TVM's x86 schedules and MetaSchedule's x86 rules key on
@@ -105,8 +104,7 @@ def host_cpu_flags() -> Optional[FrozenSet[str]]:
 
 
 def vector_flags(flags: Optional[Iterable[str]] = None) -> List[str]:
-    """The flags of :data:`VECTOR_FLAGS` that ``flags`` (default: this host's) has, in that
-    order; empty where the OS does not list its flags."""
+    """The :data:`VECTOR_FLAGS` in ``flags`` (default: this host's), in order; empty if unknown."""
     flags = host_cpu_flags() if flags is None else frozenset(flags)
     return [flag for flag in VECTOR_FLAGS if flag in (flags or ())]
 
@@ -154,9 +152,7 @@ def host_target_text(num_cores: Optional[int] = None, flags: Optional[Iterable[s
     if amx is None:
         amx = (flags is not None and set(amx_permission.AMX_INT8_FLAGS) <= set(flags)
                and amx_permission.amx_tile_data_granted())
-    mattr = ""
-    if mcpu and amx:
-        mattr = f" -mattr={','.join('+' + feature for feature in AMX_FEATURES)}"
+    mattr = f" -mattr={','.join('+' + f for f in AMX_FEATURES)}" if mcpu and amx else ""
     return (f"llvm{f' -mcpu={mcpu}' if mcpu else ''}{mattr} "
             f"-num-cores {int(num_cores or _physical_cores())}")
 
@@ -236,22 +232,17 @@ def missing_features(target: TargetLike, flags: Optional[Iterable[str]] = None) 
 
 
 def missing_here(target: TargetLike) -> List[str]:
-    """:func:`missing_features` for a caller that must not run code it cannot vouch for (a
-    measurement, a test that executes ``target``'s code): where this OS does not list its CPU
-    flags, the one entry :data:`UNREADABLE_FLAGS` instead of nothing."""
+    """:func:`missing_features` for callers that run the code (a measurement, a test): where the
+    OS does not list its CPU flags, :data:`UNREADABLE_FLAGS` instead of nothing."""
     flags = host_cpu_flags()
-    if flags is None:
-        return [UNREADABLE_FLAGS]
-    return missing_features(target, flags)
+    return [UNREADABLE_FLAGS] if flags is None else missing_features(target, flags)
 
 
 def _missing_features(target: Target, flags: Optional[Iterable[str]]) -> List[str]:
-    if flags is None:
-        flags = host_cpu_flags()
+    flags = host_cpu_flags() if flags is None else frozenset(flags)
     if flags is None or target.kind.name != "llvm" or not _is_x86(target):
         return []
     check_known_mcpu(target)
-    flags = set(flags)
     wanted = codegen.llvm_get_cpu_features(target)
     return sorted(f for f in wanted if f in LLVM_TO_CPUINFO and LLVM_TO_CPUINFO[f] not in flags)
 
@@ -394,8 +385,7 @@ def _host_is_x86() -> bool:
 
 
 def _num_cores_of(target: Target) -> Optional[int]:
-    cores = target.attrs.get("num-cores")
-    return int(cores) if cores is not None else None
+    return int(target.attrs["num-cores"]) if "num-cores" in target.attrs else None
 
 
 def _physical_cores() -> int:
