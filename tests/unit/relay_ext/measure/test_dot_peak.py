@@ -12,9 +12,9 @@ from relay_ext.latency.layer_pairing import asm_kernel_kind
 from relay_ext.lowering import targets
 from relay_ext.measure import dot_peak
 
-needs_vnni = pytest.mark.skipif(bool(targets.missing_here(dot_peak.TARGET)),
-                                reason="this host's OS does not enable "
-                                       f"{targets.missing_here(dot_peak.TARGET)}"
+MISSING_HERE = targets.missing_here(dot_peak.TARGET)
+needs_vnni = pytest.mark.skipif(bool(MISSING_HERE),
+                                reason=f"this host's OS does not enable {MISSING_HERE}"
                                        " (AVX-512 VNNI runs the peak kernel)")
 
 

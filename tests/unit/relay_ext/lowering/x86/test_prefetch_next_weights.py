@@ -1,8 +1,9 @@
 """prefetch_next_weights (relay_ext/lowering/x86/prefetch_next_weights.py): a VNNI kernel's
 innermost reduction loop prefetches, into L2, the weight lines of the block two blocks further
 along its parallel loop; kernels whose weights do not follow the parallel loop, kernels that use
-each weight vector once (a dense layer's stream) and kernels without vpdpbusd are left as they are. Building VNNI code runs in a child process (as in
-test_vnni_conv_schedule.py); running it needs a host whose OS enables AVX-512 VNNI."""
+each weight vector once (a dense layer's stream) and kernels without vpdpbusd are left as they
+are. Building VNNI code runs in a child process (as in test_vnni_conv_schedule.py); running it
+needs a host whose OS enables AVX-512 VNNI."""
 
 from typing import List
 
