@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from helpers import cannot_run_here, needs_host_for
+
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
@@ -30,6 +32,9 @@ def _c_compiler_problem():
 C_COMPILER_PROBLEM = _c_compiler_problem()
 needs_c_compiler = pytest.mark.skipif(C_COMPILER_PROBLEM is not None,
                                       reason=f"needs a C compiler: {C_COMPILER_PROBLEM}")
+
+# For tests that run code built for AVX2 (the shared tuned work dir's target).
+needs_avx2_host = needs_host_for(AVX2)
 
 
 # The heaviest test files first (seconds of one worker on 2 cores). `make test`
@@ -167,10 +172,8 @@ def tiny_tuned_once(tmp_path_factory):
     """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 7 tasks, seed
     0, a small search). Returns (work_dir, what the command printed); tests take a copy
     (:func:`tiny_tuned`), never this directory."""
-    from relay_ext.lowering import targets
-
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     if C_COMPILER_PROBLEM is not None:
         pytest.skip(f"needs a C compiler: {C_COMPILER_PROBLEM}")
     return computed_once(tmp_path_factory, "tiny_tuned", _tune_tiny32)

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+import pytest
 import tvm
 from tvm import meta_schedule as ms
 from tvm import te, tir
@@ -128,10 +129,25 @@ def small_database(work_dir: Path, records: int) -> None:
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 
 
-def host_has_vnni() -> bool:
+def cannot_run_here(target: str) -> str:
+    """Why this host cannot run code built for ``target``: what its OS does not enable, or that
+    its CPU flags are unreadable (``targets.missing_here``, which vouches for nothing it cannot
+    read); '' where it can. The one check of the tests that run built code."""
     from relay_ext.lowering import targets
 
-    return not targets.missing_here(VNNI)
+    missing = targets.missing_here(target)
+    return f"this host cannot run {target}: its OS does not enable {', '.join(missing)}" if missing else ""
+
+
+def needs_host_for(target: str) -> pytest.MarkDecorator:
+    """A skip mark for tests that run code built for ``target``, with :func:`cannot_run_here`'s
+    reason."""
+    reason = cannot_run_here(target)
+    return pytest.mark.skipif(bool(reason), reason=reason or f"runs code built for {target}")
+
+
+def host_has_vnni() -> bool:
+    return not cannot_run_here(VNNI)
 
 
 def run_child(code: str) -> str:

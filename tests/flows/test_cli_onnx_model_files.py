@@ -13,13 +13,11 @@ from quantized_test_nets import ResidualConvNet, SmallMLP, qdq_onnx
 from relay_ext import cli
 from relay_ext.frontend import onnx_export
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
-from relay_ext.lowering import targets
 from relay_ext.workdir.files import REPORT_FILE
-from conftest import AVX2, needs_c_compiler
+from conftest import AVX2, needs_c_compiler, needs_avx2_host
 from helpers import fusion_tune_and_bench, one_error_line
 
-pytestmark = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                                reason=f"runs code built for {AVX2}, which this host cannot")
+pytestmark = needs_avx2_host
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,11 @@ import re
 
 import pytest
 
-from conftest import A100, AVX2, needs_c_compiler
+from conftest import A100, AVX2, needs_c_compiler, needs_avx2_host
 from quantized_test_nets import MobileNetV2Style, ResidualConvNet, _calibration
 from relay_ext import cli
 from relay_ext.frontend import eager_quantization, onnx_export
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
-from relay_ext.lowering import targets
 
 pytestmark = pytest.mark.slow
 SHAPE = (1, 3, 32, 32)
@@ -43,8 +42,7 @@ def test_fusion_on_the_a100_is_clean(name, qoperator_files, capsys):
     assert sum("conv2d" in task["name"] for task in report["tasks"]) >= 3
 
 
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                    reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_avx2_host
 @needs_c_compiler
 def test_bench_on_a_qoperator_file(qoperator_files, capsys):
     assert cli.main(["bench", "--model", str(qoperator_files["resnet_like"]), "--target", AVX2,

@@ -15,13 +15,10 @@ pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 
 from quantized_test_nets import MobileNetV2Style, ResidualConvNet, fx_quantized_torchscript, pt2e_program
 from relay_ext import cli
 from relay_ext.frontend import models, pt2e_import
-from relay_ext.lowering import targets
-from conftest import AVX2, needs_c_compiler
+from conftest import AVX2, needs_c_compiler, needs_avx2_host
 from helpers import fusion_tune_and_bench, one_error_line
 
 SHAPE = (1, 3, 16, 16)
-needs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                                reason=f"runs code built for {AVX2}, which this host cannot")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +48,7 @@ def test_import_makes_convs_and_dense_integer(programs):
     assert loaded.reference_name == pt2e_import.REFERENCE_NAME
 
 
-@needs_avx2
+@needs_avx2_host
 @needs_c_compiler
 @pytest.mark.parametrize("name", ["mobilenet_v2_style", "residual"])
 def test_fusion_tune_and_bench(name, program_files, tmp_path, capsys, monkeypatch):
@@ -67,7 +64,7 @@ def _same_anchor(anchor: str) -> str:
     return "global_avg_pool2d" if anchor in ("nn.adaptive_avg_pool2d", "nn.global_avg_pool2d") else anchor
 
 
-@needs_avx2
+@needs_avx2_host
 def test_fusion_report_matches_the_torchscript_import(programs, tmp_path):
     from relay_ext.report.fusion import fusion_report
 

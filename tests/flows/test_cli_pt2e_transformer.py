@@ -11,13 +11,12 @@ import torch
 
 pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 'quantfuse[pt2e]'")
 
-from conftest import A100, AVX2, needs_c_compiler
+from conftest import A100, AVX2, needs_c_compiler, needs_avx2_host
 from helpers import fusion_tune_and_bench
 from quantized_test_nets import pt2e_program
 from relay_ext import cli
 from relay_ext.frontend import pt2e_import
 from relay_ext.frontend.transformer_nets import TinyBert
-from relay_ext.lowering import targets
 
 pytestmark = pytest.mark.slow
 SHAPE = (1, 32, 64)
@@ -44,7 +43,7 @@ def test_fusion_on_the_a100_with_every_matmul_integer(program_file, capsys):
     assert all("softmax" in name and buffers <= SOFTMAX_REDUCTIONS for name, buffers in left.items()), left
 
 
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)), reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_avx2_host
 @needs_c_compiler
 def test_tune_and_bench_within_a_step_of_the_program(program_file, tmp_path, capsys, monkeypatch):
     # bench's row of the program run eagerly is labelled so (PyTorch Inductor's row compiles it)

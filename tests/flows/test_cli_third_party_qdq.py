@@ -9,12 +9,11 @@ import re
 
 import pytest
 
-from conftest import A100, AVX2, needs_c_compiler
+from conftest import A100, AVX2, needs_c_compiler, needs_avx2_host
 from helpers import small_search
 from quantized_test_nets import SwishEfficientNet, qdq_onnx, worst_steps
 from relay_ext import cli
 from relay_ext.cli import commands as cli_commands
-from relay_ext.lowering import targets
 
 SHAPE = (1, 3, 32, 32)
 CALIBRATION_SEEDS = [0, 1]  # the weights and random calibration batches of qdq_onnx
@@ -42,8 +41,7 @@ def test_fusion_on_the_a100_measures_every_task(seed, qdq_files, capsys):
     assert report["totals"]["ours"]["tasks_with_intermediates"] == 0, report["totals"]
 
 
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                    reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_avx2_host
 @needs_c_compiler
 def test_a_small_tune_on_the_host_matches_onnx_runtime(qdq_files, tmp_path, capsys, monkeypatch):
     import relay_ext

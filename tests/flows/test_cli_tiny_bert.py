@@ -5,11 +5,10 @@ import json
 
 import pytest
 
-from conftest import A100, AVX2, needs_c_compiler
+from conftest import A100, AVX2, needs_c_compiler, needs_avx2_host
 from helpers import fusion_tune_and_bench
 from relay_ext import cli
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference
-from relay_ext.lowering import targets
 
 pytest.importorskip("onnxruntime")
 MODEL = ["--model", "tiny_bert"]
@@ -34,7 +33,7 @@ def test_fusion_on_the_a100_leaves_only_softmax_reductions(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)), reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_avx2_host
 @needs_c_compiler
 def test_tune_and_bench_against_the_peers(tmp_path, capsys, monkeypatch):
     fusion_tune_and_bench([*MODEL, "--target", AVX2], "ONNX Runtime int8", tmp_path / "work", capsys,

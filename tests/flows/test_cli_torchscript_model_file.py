@@ -6,13 +6,11 @@ test_cli_onnx_model_files.py.)"""
 import pytest
 
 from quantized_test_nets import fx_quantized_torchscript
-from relay_ext.lowering import targets
-from conftest import AVX2, needs_c_compiler
+from conftest import AVX2, needs_c_compiler, needs_avx2_host
 from helpers import fusion_tune_and_bench
 
 
-@pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                    reason=f"runs code built for {AVX2}, which this host cannot")
+@needs_avx2_host
 @needs_c_compiler
 def test_fx_quantized_file_through_fusion_tune_and_bench(tmp_path, capsys, monkeypatch):
     module, shape = fx_quantized_torchscript(16)

@@ -14,13 +14,13 @@ from relay_ext.measure.in_model import profile_in_model
 from relay_ext.measure.run import run_module
 from relay_ext.schedules.task_choice import MARGIN
 from conftest import AVX2
-from helpers import slow_conv_database
+from helpers import cannot_run_here, slow_conv_database
 
 
 @pytest.fixture(scope="module")
 def avx2_target():
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     return targets.normalize_target(AVX2)
 
 

@@ -9,9 +9,9 @@ import pytest
 from relay_ext import cli
 from relay_ext.cli import commands
 from relay_ext.cli.parser import build_parser
-from relay_ext.lowering import targets
 
 from conftest import AVX2
+from helpers import cannot_run_here
 
 TINY_16 = ["--model", "tiny_resnet", "--image-size", "16"]
 
@@ -22,8 +22,8 @@ def profile_command(argv):
 
 
 def test_profile_prints_json_and_writes_the_chart(tmp_path, capsys):
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     png = tmp_path / "layers.png"
     assert profile_command([*TINY_16, "--target", AVX2, "--threads", "1", "--rounds", "2",
                             "--no-openvino", "--keep-slower-records", "--json",
@@ -48,8 +48,8 @@ def test_profile_prints_json_and_writes_the_chart(tmp_path, capsys):
     (["--target", AVX2, "--rounds", "0"], "positive"),
 ])
 def test_bad_input_is_one_line_before_the_model_loads(argv, words, monkeypatch, capsys):
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     monkeypatch.setattr(commands, "load_model", lambda args: pytest.fail("the model was loaded"))
     assert profile_command([*TINY_16, *argv]) == 2
     error = capsys.readouterr().err

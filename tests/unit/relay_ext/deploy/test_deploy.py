@@ -23,7 +23,7 @@ from relay_ext.report.accuracy import quantization_step_error
 from relay_ext.measure.run import run_module
 from relay_ext.workdir.files import open_tuned_database
 from conftest import ROOT, AVX2, C_COMPILER_PROBLEM, TINY_32, TUNED_TRIALS, needs_c_compiler
-from helpers import one_error_line
+from helpers import cannot_run_here, one_error_line
 
 MAX_STEPS = 3
 
@@ -52,8 +52,8 @@ assert not heavy, heavy
 
 @pytest.fixture(scope="module")
 def avx2_here():
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
 
 
 def inputs_of(model):

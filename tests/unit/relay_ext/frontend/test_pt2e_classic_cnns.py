@@ -31,14 +31,13 @@ import torch
 pytest.importorskip("torchao", reason="the PT2E path needs torchao: pip install 'quantfuse[pt2e]'")
 
 from classic_cnns import FAMILIES
-from conftest import A100, AVX2
+from conftest import A100, AVX2, needs_avx2_host
 from helpers import fusion_tune_and_bench
 from quantized_test_nets import pt2e_program
 from relay_ext import cli
 from relay_ext.frontend import pt2e_import
 from relay_ext.frontend.pt2e_export import DIALECTS
 from relay_ext.frontend.qnn_passes import FLOAT_COMPUTE_OPS, QNN_COMPUTE_OPS
-from relay_ext.lowering import targets
 from relay_ext.report.accuracy import step_error
 from relay_ext.build import compile
 from relay_ext.measure.run import run_module
@@ -46,8 +45,6 @@ from relay_ext.measure.run import run_module
 SHAPE = (1, 3, 16, 16)
 WIDTH, DEPTH, CLASSES = 0.25, 0, 10
 MAX_STEPS = 1 + 1e-3  # the untuned build: one whole step, up to float rounding
-needs_avx2 = pytest.mark.skipif(bool(targets.missing_features(AVX2)),
-                                reason=f"runs code built for {AVX2}, which this host cannot")
 
 
 def _build(family: str):
@@ -84,7 +81,7 @@ def test_import_makes_every_conv_and_linear_integer(family, program_file):
 
 
 @pytest.mark.families
-@needs_avx2
+@needs_avx2_host
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_untuned_build_is_within_a_step_of_the_program(family, dialect, program_file):
@@ -110,7 +107,7 @@ def test_fusion_on_the_a100_keeps_no_global_intermediate(family, dialect, progra
 
 
 @pytest.mark.families
-@needs_avx2
+@needs_avx2_host
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_tune_and_bench_within_3_steps(family, program_file, tmp_path, capsys, monkeypatch):
     fusion_tune_and_bench(["--model", str(program_file(family)), "--target", AVX2],

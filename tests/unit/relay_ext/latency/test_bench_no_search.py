@@ -6,19 +6,19 @@ import json
 import pytest
 
 from relay_ext import cli
-from relay_ext.lowering import targets
 from relay_ext.schedules import task_choice
 from relay_ext.workdir.files import TASK_TIMINGS_FILE, REPORT_FILE
 
 from conftest import AVX2, TINY_32
+from helpers import cannot_run_here
 
 MAX_STEPS = 3  # output quantization steps from PyTorch int8
 
 
 @pytest.fixture
 def avx2_here():
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
 
 
 CHEAP = ["--target", AVX2, "--repeats", "2", "--number", "1", "--threads", "1", "--no-peers"]

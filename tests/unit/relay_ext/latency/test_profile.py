@@ -13,11 +13,10 @@ import pytest
 from relay_ext.latency import layer_pairing, profile as profile_module
 from relay_ext.latency.profile_report import profile_text, short_name
 from relay_ext.latency.profile_result import Profile, ProfileRow
-from relay_ext.lowering import targets
 from relay_ext.measure.in_model import kernel_name
 
 from conftest import AVX2
-from helpers import VNNI, host_has_vnni
+from helpers import cannot_run_here, host_has_vnni, VNNI
 
 OPENVINO_HERE = all(importlib.util.find_spec(name) is not None
                     for name in ("openvino", "onnx", "onnxruntime"))
@@ -30,8 +29,8 @@ EVENTS = []  # the profile's pauses and each side's timed runs, in order
 @pytest.fixture(scope="module")
 def profiled(tiny, tmp_path_factory):
     """(the profile, the graph's kernel names of the build it profiled, the work dir)."""
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     work_dir = tmp_path_factory.mktemp("profile")
     built = []
     compile_, extract = profile_module.compile, profile_module.lowered_tasks

@@ -7,11 +7,10 @@ import sys
 import pytest
 
 from relay_ext import cli
-from relay_ext.lowering.targets import missing_features
 from relay_ext.lowering.toolchain import MissingCCompiler, c_compiler_problem, require_c_compiler
 from relay_ext.tuning import search
 from relay_ext.tuning.search import tune
-from conftest import ROOT, AVX2, needs_c_compiler
+from conftest import ROOT, AVX2, needs_avx2_host, needs_c_compiler
 from helpers import one_error_line
 
 LLVM = "llvm -num-cores 2"
@@ -70,7 +69,7 @@ def test_tune_refuses_before_any_work(tiny, tmp_path, monkeypatch, no_compiler_n
     assert not work_dir.exists()  # not even the work dir was made
 
 
-@pytest.mark.skipif(bool(missing_features(AVX2)), reason=f"this host cannot run {AVX2}")
+@needs_avx2_host
 def test_the_cli_says_it_in_one_line_with_exit_code_2(tmp_path, capsys, monkeypatch,
                                                       no_compiler_named):
     monkeypatch.setattr(search, "lowered_tasks", lambda *args, **kwargs: pytest.fail("tuned"))
@@ -96,7 +95,7 @@ def test_export_refuses_before_anything_is_built(tiny, tmp_path, monkeypatch, no
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(bool(missing_features(AVX2)), reason=f"this host cannot run {AVX2}")
+@needs_avx2_host
 def test_the_cli_export_says_it_in_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch,
                                                                    no_compiler_named):
     from relay_ext.cli import deploy_commands

@@ -25,14 +25,12 @@ from relay_ext.schedules.rule_designs import (UNMEASURED_RUN_SECS, context_desig
                                               rule_design_records, task_design)
 from conftest import AVX2, needs_c_compiler
 from amx_reference import AMX, conv_module, reference
-
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+from helpers import VNNI, cannot_run_here
 
 
 def needs(target):
-    missing = targets.missing_features(target)
-    if missing:
-        pytest.skip(f"this host's OS does not enable {missing} ({target})")
+    if cannot_run_here(target):
+        pytest.skip(cannot_run_here(target))
     return targets.normalize_target(target)
 
 
@@ -192,7 +190,7 @@ def test_a_strided_conv_gets_the_amx_design_before_the_vnni_ones_beside_it():
 
 
 def test_the_amx_design_matches_numpy_on_an_amx_host():
-    if targets.missing_features(AMX) or not request_amx_tile_data():
+    if cannot_run_here(AMX) or not request_amx_tile_data():
         pytest.skip("needs a host whose OS enables AMX int8 and grants tile data")
     scheduled = _scheduled(context_design(_context(conv_module(channels=64, height=8), AMX)))
     rng = np.random.default_rng(1)
@@ -289,7 +287,7 @@ def test_a_model_prefold_cannot_fold_still_builds(tiny, monkeypatch, caplog):
     assert compiled.choices is None and any(d.has_record for d in compiled.designs.designs)
     assert "constants not prefolded (prefold broke)" in caplog.text
     default = compile(tiny, target=target, schedule="default")  # prefolds the same way: broken
-    if not targets.missing_features(AVX2):
+    if not cannot_run_here(AVX2):
         for a, b in zip(run_module(compiled, tiny.inputs), run_module(default, tiny.inputs)):
             np.testing.assert_array_equal(a, b)
 

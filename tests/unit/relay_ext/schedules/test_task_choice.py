@@ -14,13 +14,13 @@ from relay_ext.measure.run import run_module
 from relay_ext.schedules.task_choice import choose_per_task
 from relay_ext.schedules.task_inputs import task_function_module, weight_params
 from conftest import AVX2
-from helpers import slow_conv_database as make_slow_conv_database
+from helpers import cannot_run_here, slow_conv_database as make_slow_conv_database
 
 
 @pytest.fixture(scope="module")
 def slow_conv_database(tiny):
-    if targets.missing_features(AVX2):
-        pytest.skip(f"this host's OS does not enable {targets.missing_features(AVX2)} ({AVX2})")
+    if cannot_run_here(AVX2):
+        pytest.skip(cannot_run_here(AVX2))
     target = targets.normalize_target(AVX2)
     return (target, *make_slow_conv_database(tiny, target))
 

@@ -10,10 +10,10 @@ import tvm
 from tvm import relay
 
 from relay_ext.build import compile
-from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import dense_units_padding as padding
 from relay_ext.lowering.x86 import x86_codegen
 from relay_ext.measure.run import run_module
+from helpers import needs_host_for
 
 AVX2 = "llvm -mcpu=core-avx2"
 VNNI = "llvm -mcpu=cascadelake"
@@ -94,8 +94,7 @@ def test_an_avx2_target_keeps_the_dense_as_it_is():
     assert all(int(call.args[1].checked_type.shape[0]) == 40 for call in _calls(legal, "qnn.dense"))
 
 
-@pytest.mark.skipif(bool(targets.missing_features(VNNI)),
-                    reason=f"this host's OS does not enable {targets.missing_features(VNNI)} ({VNNI})")
+@needs_host_for(VNNI)
 @pytest.mark.parametrize("case", [
     dict(),                                              # uint8 x int8, per-channel scales
     dict(per_channel=False, zero_points=(3, 5)),         # scalar scale and weight zero point
@@ -109,8 +108,7 @@ def test_the_padded_dense_is_exact(case):
     assert out.shape == expected.shape and np.array_equal(out, expected)
 
 
-@pytest.mark.skipif(bool(targets.missing_features(VNNI)),
-                    reason=f"this host's OS does not enable {targets.missing_features(VNNI)} ({VNNI})")
+@needs_host_for(VNNI)
 def test_weights_bound_as_parameters_are_padded_too():
     weight = relay.var("weight", shape=(40, 2048), dtype="int8")
     mod, data, weights, expected = _dense(weight=weight)

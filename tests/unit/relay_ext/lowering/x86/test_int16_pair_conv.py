@@ -10,18 +10,13 @@ import tvm
 from tvm import relay
 
 from relay_ext.build import compile
-from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule, x86_codegen
 from relay_ext.measure.run import run_module
 from relay_ext.report.layout_transforms import layout_transforms_of_module
+from helpers import needs_host_for
 
 AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
-
-
-def _runs_here(target: str):
-    missing = targets.missing_features(target)
-    return pytest.mark.skipif(bool(missing), reason=f"this host's OS does not enable {missing} ({target})")
 
 
 def _exact_conv(data, weights, zx, zw, stride, pad, dilation=1):
@@ -91,7 +86,7 @@ def test_a_conv_that_could_saturate_becomes_an_int16_conv_only_without_vnni(targ
     assert len(_int16_convs(mod, target)) == (1 if int16 else 0)
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 @pytest.mark.parametrize("case", CONVS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()
                                                               if not isinstance(v, np.ndarray)))
 def test_untuned_avx2_conv_is_exact_and_multiplies_with_vpmaddwd(case):
@@ -103,7 +98,7 @@ def test_untuned_avx2_conv_is_exact_and_multiplies_with_vpmaddwd(case):
     assert "vpmaddwd" in asm and "vpmaddubsw" not in asm
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 @pytest.mark.parametrize("cin, cout", [(16, 32), (3, 24)])
 def test_a_dilated_conv_is_exact_whether_or_not_its_channels_fit_the_blocks(cin, cout):
     """TVM pads no channels of a dilated conv: 16 -> 32 channels take the int16 NCHWc conv all
@@ -114,7 +109,7 @@ def test_a_dilated_conv_is_exact_whether_or_not_its_channels_fit_the_blocks(cin,
     assert np.array_equal(out, expected)
 
 
-@_runs_here(AVX512_NO_VNNI)
+@needs_host_for(AVX512_NO_VNNI)
 def test_untuned_avx512_conv_without_vnni_is_exact_and_multiplies_with_vpmaddwd():
     mod, data, expected = _conv_case(**CONVS[4])
     built = compile(mod, {}, AVX512_NO_VNNI, schedule="default")
@@ -124,7 +119,7 @@ def test_untuned_avx512_conv_without_vnni_is_exact_and_multiplies_with_vpmaddwd(
     assert "zmm" in asm and "vpmaddwd" in asm and "vpmaddubsw" not in asm
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 def test_a_dense_runs_as_a_1x1_int16_conv_and_is_exact():
     generator = np.random.default_rng(3)
     data = generator.integers(0, 256, (2, 160)).astype("uint8")
@@ -140,7 +135,7 @@ def test_a_dense_runs_as_a_1x1_int16_conv_and_is_exact():
     assert "vpmaddwd" in built.lib.get_lib().get_source("asm")
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 def test_weights_bound_as_parameters_are_widened_by_relay_ops():
     mod, data, expected = _conv_case(**CONVS[4])
     call = mod["main"].body

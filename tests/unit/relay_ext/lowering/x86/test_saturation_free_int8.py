@@ -11,19 +11,14 @@ import pytest
 import tvm
 from tvm import relay
 
-from relay_ext.lowering import targets
 from relay_ext.lowering.x86 import saturation_free_int8 as sat
 from relay_ext.build import compile
 from relay_ext.measure.run import run_module
+from helpers import needs_host_for
 
 AVX2 = "llvm -mcpu=core-avx2"
 AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512"
 VNNI = "llvm -mcpu=cascadelake"
-
-
-def _runs_here(target: str):
-    missing = targets.missing_features(target)
-    return pytest.mark.skipif(bool(missing), reason=f"this host's OS does not enable {missing} ({target})")
 
 
 def test_split_weights_is_exact_and_in_range():
@@ -126,7 +121,7 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     assert _reductions(mod, AVX2, "qnn.conv2d") == [16]
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 @pytest.mark.parametrize("case", [
     dict(),                                              # uint8 x int8, as PT2E and ONNX Runtime make them
     dict(data_dtype="int8", zero_points=(-5, 0)),        # int8 data: TVM shifts it to uint8 first
@@ -146,7 +141,7 @@ def test_untuned_avx2_conv_is_exact(case, opt_level):
     assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
 
 
-@_runs_here(AVX2)
+@needs_host_for(AVX2)
 def test_weights_bound_as_parameters_are_split_too():
     """A weight that is a parameter when QNN is legalized (bound later) is split with Relay ops."""
     mod, data, expected = _conv(nhwc=True)
