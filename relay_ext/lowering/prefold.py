@@ -30,7 +30,6 @@ apart (tests/unit/relay_ext/lowering/test_prefold.py checks both).
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -40,6 +39,7 @@ from tvm.relay import dataflow_pattern as dfp
 from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
+from relay_ext.lowering.numpy_layouts import layout_transform
 from relay_ext.lowering.padded_channels import keep_padded_channels_pass
 
 logger = logging.getLogger(__name__)
@@ -83,56 +83,6 @@ def _sum(x: np.ndarray, call: relay.Call) -> Optional[np.ndarray]:
         return None
     axis = None if call.attrs.axis is None else tuple(int(a) for a in call.attrs.axis)
     return np.sum(x, axis=axis, keepdims=bool(call.attrs.keepdims), dtype=x.dtype)
-
-
-def _axes(layout: str) -> List[Tuple[str, int]]:
-    """``"OIHW4i16o4i"`` -> [("O", 0), ("I", 0), ("H", 0), ("W", 0), ("I", 4), ("O", 16),
-    ("I", 4)]: a primal axis (factor 0) or a sub-axis with its factor."""
-    axes = []
-    for factor, name in re.findall(r"(\d*)([A-Za-z])", layout):
-        if name.isupper():
-            if factor:
-                raise ValueError(layout)
-            axes.append((name, 0))
-        else:
-            axes.append((name.upper(), int(factor)))
-    return axes
-
-
-def layout_transform(x: np.ndarray, src: str, dst: str) -> np.ndarray:
-    """TVM's ``layout_transform`` of an array whose axes divide evenly (a sub-axis's factor
-    divides its primal axis); a sub-axis written first is the more significant."""
-    src_axes, dst_axes = _axes(src), _axes(dst)
-    primal = [name for name, factor in src_axes if factor == 0]
-    if sorted(primal) != sorted(n for n, f in dst_axes if f == 0) or len(src_axes) != x.ndim:
-        raise ValueError(f"{src} -> {dst}")
-    # src -> primal: group each primal axis's dims (outer first, then its sub-axes in order)
-    order = [i for name in primal for i, (n, _) in enumerate(src_axes) if n == name]
-    grouped = x.transpose(order)
-    sizes = {}
-    for name in primal:
-        sizes[name] = int(np.prod([x.shape[i] for i, (n, _) in enumerate(src_axes) if n == name]))
-    full = grouped.reshape([sizes[name] for name in primal])
-    # primal -> dst: split each primal axis (outer, then its dst sub-axes in order), transpose
-    split_shape, position = [], {}
-    for name in primal:
-        factors = [f for n, f in dst_axes if n == name and f]
-        if sizes[name] % int(np.prod(factors or [1])):
-            raise ValueError(f"{dst}: {name} of {sizes[name]} does not divide")
-        position[(name, 0)] = len(split_shape)
-        split_shape.append(sizes[name] // int(np.prod(factors or [1])))
-        for k, factor in enumerate(factors):
-            position[(name, k + 1)] = len(split_shape)
-            split_shape.append(factor)
-    seen: Dict[str, int] = {}
-    perm = []
-    for name, factor in dst_axes:
-        if factor == 0:
-            perm.append(position[(name, 0)])
-        else:
-            seen[name] = seen.get(name, 0) + 1
-            perm.append(position[(name, seen[name])])
-    return np.ascontiguousarray(full.reshape(split_shape).transpose(perm))
 
 
 def _layout_transform(x: np.ndarray, call: relay.Call) -> np.ndarray:
