@@ -1,0 +1,125 @@
+"""relay_ext/lowering/x86/int16_winograd.py: exact int8 3x3 convs as int16 Winograd F(2x2, 3x3).
+
+Every build is compared with the exact sum in numpy (QNN pads with the input zero point); the
+rewrite is checked to take the convs it should (uint8 data on ``vpmaddubsw``, int16 pairs) and
+to leave the others (strided, small, a VNNI target, weights whose sums could overflow int32).
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from relay_ext.build import compile
+from relay_ext.lowering.config import BUILD_OPTIONS
+from relay_ext.lowering.prefold import prefold
+from relay_ext.lowering.targets import normalize_target
+from relay_ext.lowering.x86 import int16_winograd, x86_codegen
+from relay_ext.measure.run import run_module
+from helpers import needs_host_for
+
+AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
+AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
+VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+
+
+def _exact(data, weights, zx, zw, stride=1):
+    """sum((x - zx) * (w - zw)) over 3x3 windows of the input padded by 1 with zx."""
+    padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    kernel = weights.astype(np.int64) - np.reshape(zw, (-1, 1, 1, 1))
+    size = (data.shape[2] - 1) // stride + 1
+    out = np.zeros((1, weights.shape[0], size, size), np.int64)
+    for i in range(3):
+        for j in range(3):
+            window = padded[:, :, i:i + stride * size:stride, j:j + stride * size:stride]
+            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
+    return out
+
+
+def _conv(channels, size, weight_max=127, stride=1, zx=77, zw=0, kernel_dtype="int8", seed=0):
+    """A qnn.conv2d 3x3, pad 1 (int32 out) of ``channels`` -> ``channels``: module, input, sum."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (1, channels, size, size)).astype("uint8")
+    low, high = (-weight_max, weight_max + 1) if kernel_dtype == "int8" else (0, 256)
+    weights = rng.integers(low, high, (channels, channels, 3, 3)).astype(kernel_dtype)
+    var = relay.var("data", shape=data.shape, dtype="uint8")
+    body = relay.qnn.op.conv2d(var, relay.const(weights), relay.const(zx), relay.const(zw),
+                               relay.const(0.5), relay.const(0.25), kernel_size=(3, 3),
+                               channels=channels, strides=(stride, stride), padding=(1, 1),
+                               out_dtype="int32")
+    mod = tvm.IRModule.from_expr(relay.Function([var], body))
+    return mod, data, _exact(data, weights, zx, zw, stride)
+
+
+def _winograd_calls(mod: tvm.IRModule, target: str) -> int:
+    x86_codegen.install()
+    folded = prefold(mod, {}, normalize_target(target), BUILD_OPTIONS)
+    found = []
+    relay.analysis.post_order_visit(folded["main"], lambda e: found.append(e) if isinstance(
+        e, relay.Call) and getattr(e.op, "name", "") == int16_winograd.OP_NAME else None)
+    return len(found)
+
+
+# (channels, size, weight_max, kernel dtype, weight zero point): int8 weights too small to
+# saturate vpmaddubsw keep uint8 data; full-range ones take int16 pairs; odd and even sizes
+CASES = [(64, 8, 63, "int8", 0), (64, 7, 127, "int8", 0), (64, 9, 127, "uint8", 131),
+         (128, 6, 127, "int8", 0)]
+
+
+@needs_host_for(AVX2)
+@pytest.mark.parametrize("channels, size, weight_max, kernel_dtype, zw", CASES)
+def test_the_winograd_conv_is_exact(channels, size, weight_max, kernel_dtype, zw):
+    mod, data, expected = _conv(channels, size, weight_max, zw=zw, kernel_dtype=kernel_dtype)
+    assert _winograd_calls(mod, AVX2) == 1
+    built = compile(mod, {}, AVX2, schedule="default")
+    assert int16_winograd.OP_NAME.split(".")[1] in built.lib.get_graph_json()
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
+
+
+@needs_host_for(AVX512_NO_VNNI)
+def test_the_winograd_conv_is_exact_on_avx512_lanes():
+    mod, data, expected = _conv(64, 7)
+    assert _winograd_calls(mod, AVX512_NO_VNNI) == 1
+    (out,) = run_module(compile(mod, {}, AVX512_NO_VNNI, schedule="default"), {"data": data})
+    assert np.array_equal(out, expected)
+
+
+@needs_host_for(AVX2)
+def test_the_no_search_build_keeps_the_winograd_conv_exact():
+    """Through MetaSchedule's task extraction, the rule designs and the per-task choice."""
+    mod, data, expected = _conv(64, 8)
+    built = compile(mod, {}, AVX2, schedule="no-search", threads=2)
+    assert int16_winograd.OP_NAME.split(".")[1] in built.lib.get_graph_json()
+    (out,) = run_module(built, {"data": data})
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("target, channels, stride, rewritten", [
+    (AVX2, 64, 1, 1), (AVX2, 64, 2, 0),  # strided: no F(2x2, 3x3)
+    (AVX2, 32, 1, 0),                    # below MIN_CHANNELS
+    (VNNI, 64, 1, 0),                    # vpdpbusd multiplies 64 pairs an instruction: direct
+    ("llvm -mcpu=nehalem", 64, 1, 0),    # SSE only: no int16 pairs
+])
+def test_the_rewrite_takes_stride_one_convs_without_vnni_only(target, channels, stride, rewritten):
+    mod, _, _ = _conv(channels, 8, stride=stride)
+    assert _winograd_calls(mod, target) == rewritten
+
+
+def test_weights_whose_sums_could_overflow_int32_keep_the_direct_conv():
+    extreme = np.full((16, 1024, 3, 3), 255, np.int64)
+    assert int16_winograd.int32_bound(extreme) > int16_winograd.INT32_MAX
+    full_range = np.random.default_rng(0).integers(-255, 256, (64, 512, 3, 3))
+    assert int16_winograd.int32_bound(full_range) < int16_winograd.INT32_MAX
+    u = int16_winograd.transform_weights(np.full((16, 16, 3, 3), -255, np.int64), 8)
+    assert u.dtype == np.int16 and u.shape == (16, 2, 8, 8, 2) and np.abs(u).max() == 9 * 255
+
+
+def test_the_weight_transform_is_four_times_winograds():
+    """U' = G' g G'^T with G' = 2G: 4x the textbook transform, in integers."""
+    g = np.random.default_rng(1).integers(-128, 128, (16, 2, 3, 3))
+    G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    textbook = np.einsum("ai,kcij,bj->abkc", G, g, G).reshape(16, 16, 2)
+    packed = int16_winograd.transform_weights(g, 8)  # [16, K/8, C/2, 8, 2]
+    unpacked = packed.transpose(0, 1, 3, 2, 4).reshape(16, 16, 2)
+    assert np.array_equal(unpacked, 4 * textbook)
