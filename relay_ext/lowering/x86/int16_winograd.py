@@ -224,6 +224,8 @@ def schedule_winograd(outs: List[te.Tensor]) -> te.Schedule:
 
 def _type_relation(arg_types, attrs):
     data, weights = arg_types
+    if not (isinstance(data, relay.TensorType) and isinstance(weights, relay.TensorType)):
+        return None  # not known yet
     n, _, height, width, _ = (int(x) for x in data.shape)
     out_channels = int(weights.shape[1]) * int(weights.shape[3])
     padding = int(attrs.padding[0])
@@ -250,9 +252,10 @@ def _strategy(attrs, inputs, out_type, target):
 
 
 def register() -> None:
-    """Register :data:`OP_NAME` with Relay (idempotent): its type relation (attributes
-    ``Conv2DAttrs``, only ``padding`` read), its fusion pattern (the epilogue fuses after it, as
-    after a conv) and its one implementation."""
+    """Register :data:`OP_NAME` with Relay (idempotent; done on import, so that a module holding
+    the op loads wherever quantfuse is imported): its type relation (attributes ``Conv2DAttrs``,
+    those of the conv it replaces; only ``padding`` is read), its fusion pattern (the epilogue
+    fuses after it, as after a conv) and its one implementation."""
     from tvm.relay.op import op as _op  # pylint: disable=import-outside-toplevel
 
     if OP_NAME in tvm.ir.Op.list_op_names():
@@ -269,12 +272,10 @@ def register() -> None:
     _op.register_strategy(OP_NAME, _strategy)
 
 
-def winograd_call(data: relay.Expr, weights: np.ndarray, padding: int) -> relay.Expr:
-    """A call of :data:`OP_NAME` (registered first)."""
-    register()
-    attrs = tvm.ir.make_node("relay.attrs.Conv2DAttrs", padding=[padding] * 4,
-                             kernel_size=[3, 3], out_dtype="int32")
-    return relay.Call(tvm.ir.Op.get(OP_NAME), [data, relay.const(weights)], attrs)
+def winograd_call(data: relay.Expr, weights: np.ndarray, conv_attrs) -> relay.Expr:
+    """A call of :data:`OP_NAME` in place of a conv with attributes ``conv_attrs`` (its
+    ``Conv2DAttrs``, kept: tools that read a conv's shape read this op's the same way)."""
+    return relay.Call(tvm.ir.Op.get(OP_NAME), [data, relay.const(weights)], conv_attrs)
 
 
 # --------------------------------------------------------------------------- the rewrite
@@ -357,8 +358,7 @@ class _Rewriter(relay.ExprMutator):
         if kernel is None:
             return new
         self.rewritten += 1
-        return winograd_call(new.args[0], transform_weights(kernel, self.lanes),
-                             int(call.attrs.padding[0]))
+        return winograd_call(new.args[0], transform_weights(kernel, self.lanes), call.attrs)
 
 
 def rewrite(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
@@ -378,3 +378,6 @@ def rewrite(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     new = tvm.IRModule(mod.functions, mod.type_definitions)
     new["main"] = main
     return relay.transform.InferType()(new)
+
+
+register()

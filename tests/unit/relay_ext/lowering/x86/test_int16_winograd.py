@@ -123,3 +123,28 @@ def test_the_weight_transform_is_four_times_winograds():
     packed = int16_winograd.transform_weights(g, 8)  # [16, K/8, C/2, 8, 2]
     unpacked = packed.transpose(0, 1, 3, 2, 4).reshape(16, 16, 2)
     assert np.array_equal(unpacked, 4 * textbook)
+
+
+def test_the_winograd_task_reads_as_the_conv_it_replaces():
+    """The op keeps the conv's attributes: the profile's layer pairing and the peak's count of
+    multiply-adds see a 3x3 conv of its shape."""
+    from relay_ext.latency.layer_pairing import conv_macs, conv_signature
+    from relay_ext.lowering.tasks import lowered_tasks
+
+    x86_codegen.install()
+    mod, _, _ = _conv(64, 8)
+    tasks = lowered_tasks(mod, {}, normalize_target(AVX2), "ours")
+    (task,) = [task for task in tasks if "winograd" in task.task_name]
+    assert conv_signature(task) == (64, 64, 3, 1, 8, 8)
+    assert conv_macs(task) == 64 * 8 * 8 * 9 * 64
+
+
+def test_a_module_with_the_op_saves_and_loads():
+    """The op is registered on import: a prefolded module round-trips through JSON (as copies of
+    modules do) in any process that imported quantfuse."""
+    x86_codegen.install()
+    mod, _, _ = _conv(64, 8)
+    folded = prefold(mod, {}, normalize_target(AVX2), BUILD_OPTIONS)
+    again = tvm.ir.load_json(tvm.ir.save_json(folded))
+    assert tvm.ir.structural_equal(again, folded)
+    assert int16_winograd.OP_NAME in again.astext()
