@@ -22,10 +22,11 @@ weights; a conv whose bound passes 2^31 - 1 keeps its direct form.
 Where: :func:`rewrite` runs in the prefolding (:mod:`relay_ext.lowering.prefold`), after the
 layout pass, for targets without VNNI that compile int16 convs (AVX2, AVX-512BW). It replaces
 each ``nn.contrib_conv2d_NCHWc`` that is 3x3, stride 1, dilation 1, one group, padding 0 or 1 on
-every side, with constant weights, data of uint8 (or int16 uint8 minus a zero point), at least
-:data:`MIN_CHANNELS` channels in and out, by the op :data:`OP_NAME` (data ``NCHW{c}c``,
-transformed weights, int32 ``NCHW16c`` out, the conv's layouts): Relay fuses the epilogue after it
-as after the conv. docs/cpu.md gives the measurements.
+every side, batch 1, with constant weights, data of uint8 (or int16 uint8 minus a zero point), at
+least :data:`MIN_CHANNELS` channels in and out and an output at least :data:`MIN_SIZE` wide, by
+the op :data:`OP_NAME` (data ``NCHW{c}c``, transformed weights, int32 ``NCHW16c`` out, the conv's
+attributes): Relay fuses the epilogue after it as after the conv. docs/cpu.md gives the
+measurements.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 OP_NAME = "quantfuse.winograd_conv2d_3x3"
 OUT_BLOCK = 16  # output channels per block of the NCHW16c output, as the int8 convs'
 MIN_CHANNELS = 64  # smaller convs keep their direct form (not measured below this)
+MIN_SIZE = 4  # outputs narrower than this: too few tiles to share a register tile
 REGISTER_TILES = 12  # tiles of a GEMM register tile: as many accumulator vectors
 FUSED_MAX_WEIGHT_BYTES = 256 * 1024  # per-row GEMMs re-read the weights: only where L2 holds them
 INT32_MAX = 2 ** 31 - 1
@@ -107,7 +109,8 @@ def winograd_conv2d(data: te.Tensor, weights: te.Tensor, padding: int) -> te.Ten
     _, vectors, pairs, lanes, _ = (int(x) for x in weights.shape)
     channels, out_channels = blocks * block, vectors * lanes
     out_h, out_w = height + 2 * padding - 2, width + 2 * padding - 2
-    rows, cols = (out_h + 1) // 2, (out_w + 1) // 2
+    rows = (out_h + 1) // 2
+    cols = tile_columns(n * rows, (out_w + 1) // 2, fused_form(int(np.prod(weights.shape))))
     tiles = n * rows * cols
 
     def tap(t, c, i, j):
@@ -134,6 +137,23 @@ def winograd_conv2d(data: te.Tensor, weights: te.Tensor, padding: int) -> te.Ten
 
     return te.compute((n, out_channels // OUT_BLOCK, out_h, out_w, OUT_BLOCK), out,
                       name="winograd_output", tag="winograd_output,injective")
+
+
+def fused_form(weight_elements: int) -> bool:
+    """Whether the schedule runs the three stages per row of tiles: where the transformed weights
+    (int16) fit :data:`FUSED_MAX_WEIGHT_BYTES`."""
+    return 2 * weight_elements <= FUSED_MAX_WEIGHT_BYTES
+
+
+def tile_columns(rows: int, columns: int, fused: bool) -> int:
+    """Columns of the tile grid: ``columns``, or more (tiles past the output, computed on zeros
+    and dropped) until the tiles a GEMM register tile splits (a row of tiles in the fused form,
+    every tile else) have a divisor between half of :data:`REGISTER_TILES` and it, so that the
+    register tile keeps enough independent accumulators (13 columns would give 1)."""
+    while not any((columns * (1 if fused else rows)) % d == 0
+                  for d in range(REGISTER_TILES // 2, REGISTER_TILES + 1)):
+        columns += 1
+    return columns
 
 
 def schedule_winograd(outs: List[te.Tensor]) -> te.Schedule:
@@ -170,9 +190,10 @@ def schedule_winograd(outs: List[te.Tensor]) -> te.Schedule:
     nn, kb, oy, ox, kl = schedule[out].op.axis
     ty, a = schedule[out].split(oy, 2)
     tx, b = schedule[out].split(ox, 2)
-    cols = int(out.shape[3] + 1) // 2
     weights = next(x for x in m.op.input_tensors if len(x.shape) == 5)
-    if 2 * int(np.prod([int(x) for x in weights.shape])) <= FUSED_MAX_WEIGHT_BYTES:
+    rows = (int(out.shape[2]) + 1) // 2
+    cols = int(v.shape[1]) // (int(out.shape[0]) * rows)  # the tile grid's, padded
+    if fused_form(int(np.prod([int(x) for x in weights.shape]))):
         # per row of tiles (in parallel): its input transform, then per channel block its 16
         # GEMMs and its output transform, every intermediate in cache
         schedule[out].reorder(nn, ty, kb, tx, a, b, kl)
@@ -337,7 +358,7 @@ def _eligible(call: relay.Call, lanes: int) -> Optional[np.ndarray]:
         return None
     out_channels, channels = kernel.shape[:2]
     if (min(out_channels, channels) < MIN_CHANNELS or channels % 2 or out_channels % OUT_BLOCK
-            or out_channels % lanes or min(int(out_type.shape[2]), int(out_type.shape[3])) < 2):
+            or out_channels % lanes or min(int(out_type.shape[2]), int(out_type.shape[3])) < MIN_SIZE):
         return None
     if np.abs(kernel.astype(np.int64)).max() > INPUT_MAX or int32_bound(kernel) > INT32_MAX:
         return None

@@ -61,9 +61,13 @@ def _winograd_calls(mod: tvm.IRModule, target: str) -> int:
 
 
 # (channels, size, weight_max, kernel dtype, weight zero point): int8 weights too small to
-# saturate vpmaddubsw keep uint8 data; full-range ones take int16 pairs; odd and even sizes
+# saturate vpmaddubsw keep uint8 data; full-range ones take int16 pairs; odd and even sizes; 64
+# channels run per row of tiles, 128 each stage over the whole tensor
 CASES = [(64, 8, 63, "int8", 0), (64, 7, 127, "int8", 0), (64, 9, 127, "uint8", 131),
-         (128, 6, 127, "int8", 0)]
+         (128, 6, 127, "int8", 0),
+         # tile grids widened for the register tile: 13 -> 14 columns (per row of tiles), 5 x 5
+         # -> 5 x 6 tiles (all tiles at once)
+         (64, 26, 127, "int8", 0), (128, 10, 127, "int8", 0)]
 
 
 @needs_host_for(AVX2)
