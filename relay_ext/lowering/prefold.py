@@ -41,7 +41,7 @@ from tvm.target import Target
 from meta_rules.base.tvm_errors import tvm_error_message
 from relay_ext.lowering.numpy_layouts import layout_transform
 from relay_ext.lowering.padded_channels import keep_padded_channels_pass
-from relay_ext.lowering.x86 import int16_winograd
+from relay_ext.lowering.x86 import int16_winograd_rewrite
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
             mod, folded = numpy_fold_constants(mod)
             for name, count in folded.items():
                 counts[name] = counts.get(name, 0) + count
-        mod = int16_winograd.rewrite(mod, target)  # needs the layout pass's weights, folded
+        mod = int16_winograd_rewrite.rewrite(mod, target)  # needs the layout pass's weights, folded
     logger.info("prefold: %d constant calls folded with numpy (%s)", sum(counts.values()),
                 ", ".join(f"{n} {c}" for n, c in sorted(counts.items())))
     return mod.with_attr(PREFOLDED, str(target))

@@ -1,4 +1,5 @@
-"""relay_ext/lowering/x86/int16_winograd.py: exact int8 3x3 convs as int16 Winograd F(2x2, 3x3).
+"""relay_ext/lowering/x86/int16_winograd.py and int16_winograd_rewrite.py: exact int8 3x3 convs as
+int16 Winograd F(2x2, 3x3).
 
 Every build is compared with the exact sum in numpy (QNN pads with the input zero point); the
 rewrite is checked to take the convs it should (uint8 data on ``vpmaddubsw``, int16 pairs) and
@@ -14,7 +15,7 @@ from relay_ext.build import compile
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.prefold import prefold
 from relay_ext.lowering.targets import normalize_target
-from relay_ext.lowering.x86 import int16_winograd, x86_codegen
+from relay_ext.lowering.x86 import int16_winograd, int16_winograd_rewrite, x86_codegen
 from relay_ext.measure.run import run_module
 from helpers import needs_host_for
 
@@ -112,10 +113,10 @@ def test_the_rewrite_takes_stride_one_convs_without_vnni_only(target, channels, 
 
 def test_weights_whose_sums_could_overflow_int32_keep_the_direct_conv():
     extreme = np.full((16, 1024, 3, 3), 255, np.int64)
-    assert int16_winograd.int32_bound(extreme) > int16_winograd.INT32_MAX
+    assert int16_winograd_rewrite.int32_bound(extreme) > int16_winograd_rewrite.INT32_MAX
     full_range = np.random.default_rng(0).integers(-255, 256, (64, 512, 3, 3))
-    assert int16_winograd.int32_bound(full_range) < int16_winograd.INT32_MAX
-    u = int16_winograd.transform_weights(np.full((16, 16, 3, 3), -255, np.int64), 8)
+    assert int16_winograd_rewrite.int32_bound(full_range) < int16_winograd_rewrite.INT32_MAX
+    u = int16_winograd_rewrite.transform_weights(np.full((16, 16, 3, 3), -255, np.int64), 8)
     assert u.dtype == np.int16 and u.shape == (16, 2, 8, 8, 2) and np.abs(u).max() == 9 * 255
 
 
@@ -124,7 +125,7 @@ def test_the_weight_transform_is_four_times_winograds():
     g = np.random.default_rng(1).integers(-128, 128, (16, 2, 3, 3))
     G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     textbook = np.einsum("ai,kcij,bj->abkc", G, g, G).reshape(16, 16, 2)
-    packed = int16_winograd.transform_weights(g, 8)  # [16, K/8, C/2, 8, 2]
+    packed = int16_winograd_rewrite.transform_weights(g, 8)  # [16, K/8, C/2, 8, 2]
     unpacked = packed.transpose(0, 1, 3, 2, 4).reshape(16, 16, 2)
     assert np.array_equal(unpacked, 4 * textbook)
 
