@@ -75,8 +75,9 @@ def _uint8_range(expr: relay.Expr) -> bool:
         expr = expr.args[0]
     if name(expr) == "subtract":
         expr, zero = expr.args
-        if not (isinstance(zero, relay.Constant)
-                and np.abs(zero.data.numpy().astype(np.int64)).max() <= INPUT_MAX):
+        # a uint8 zero point: the difference stays within +-INPUT_MAX
+        if not (isinstance(zero, relay.Constant) and 0 <= zero.data.numpy().astype(np.int64).min()
+                and zero.data.numpy().astype(np.int64).max() <= INPUT_MAX):
             return False
     return name(expr) == "cast" and str(expr.args[0].checked_type.dtype) == "uint8"
 

@@ -153,3 +153,12 @@ def test_a_module_with_the_op_saves_and_loads():
     again = tvm.ir.load_json(tvm.ir.save_json(folded))
     assert tvm.ir.structural_equal(again, folded)
     assert int16_winograd.OP_NAME in again.astext()
+
+
+@pytest.mark.parametrize("zero_point, taken", [(77, True), (0, True), (-5, False), (300, False)])
+def test_int16_data_is_taken_only_as_uint8_minus_a_uint8_zero_point(zero_point, taken):
+    """Inputs within +-255 are what the transforms' int16 and int32 bounds assume."""
+    x = relay.var("x", shape=(1, 4, 8, 8, 16), dtype="uint8")
+    data = relay.subtract(relay.cast(x, "int16"), relay.const(zero_point, "int16"))
+    typed = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], data)))
+    assert int16_winograd_rewrite._uint8_range(typed["main"].body) is taken  # pylint: disable=protected-access
