@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pytest
 import tvm
 from tvm import meta_schedule as ms
@@ -127,6 +128,26 @@ def small_database(work_dir: Path, records: int) -> None:
 # The VNNI tests' target; what the OS enables decides whether this host runs it, not the name LLVM
 # gives the CPU (relay_ext.lowering.targets).
 VNNI = "llvm -mcpu=cascadelake -num-cores 2"
+# AVX-512 without VNNI: int8 convs on int16 pairs, 16 lanes.
+AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
+
+
+def exact_qnn_conv(data, weights, zx, zw, stride: int = 1, pad: int = 0, dilation: int = 1):
+    """sum((x - zx) * (w - zw)) over the window, the input padded with zx: what qnn.conv2d means
+    (``data`` NCHW, ``weights`` OIHW, ``zw`` a scalar or one per output channel), in int64."""
+    padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kernel = weights.astype(np.int64) - np.reshape(zw, (-1, 1, 1, 1))
+    k = weights.shape[2]
+    span = dilation * (k - 1) + 1
+    out_h = (data.shape[2] + 2 * pad - span) // stride + 1
+    out_w = (data.shape[3] + 2 * pad - span) // stride + 1
+    out = np.zeros((data.shape[0], weights.shape[0], out_h, out_w), np.int64)
+    for i in range(k):
+        for j in range(k):
+            top, left = i * dilation, j * dilation
+            window = padded[:, :, top:top + stride * out_h:stride, left:left + stride * out_w:stride]
+            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
+    return out
 
 
 def cannot_run_here(target: str) -> str:

@@ -114,7 +114,7 @@ def _conv16(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
 def serves(target: Optional[Target]) -> bool:
     """Whether this module compiles int16 convs for ``target``: an llvm target with AVX2 or
     AVX-512BW (the lanes of :func:`pmaddwd_intrinsic`)."""
-    return target is not None and target.kind.name == "llvm" and _lanes(target) in (8, 16)
+    return target is not None and target.kind.name == "llvm" and vector_lanes(target) in (8, 16)
 
 
 def is_int16_conv(data_dtype: str, kernel_dtype: str, target: Optional[Target] = None) -> bool:
@@ -166,7 +166,8 @@ def pmaddwd_intrinsic(lanes: int) -> tvm.te.TensorIntrin:
                                  default_buffer_params={"offset_factor": 1})
 
 
-def _lanes(target: Optional[Target]) -> int:
+def vector_lanes(target: Optional[Target]) -> int:
+    """The int32 lanes of ``target``'s vectors (8 with AVX2, 16 with AVX-512; TVM's count)."""
     from tvm.target.x86 import get_simd_32bit_lanes  # pylint: disable=import-outside-toplevel
 
     with target if target is not None else tvm.target.Target("llvm"):
@@ -214,7 +215,7 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
 
     outs = [outs] if isinstance(outs, te.Tensor) else outs
     schedule = te.create_schedule([x.op for x in outs])
-    lanes = _lanes(Target.current(allow_none=True))
+    lanes = vector_lanes(Target.current(allow_none=True))
 
     def callback(op):
         if "conv2d_NCHWc_int8" not in op.tag:

@@ -125,12 +125,13 @@ def schedule_winograd(outs: List[te.Tensor]) -> te.Schedule:
 
     out = outs[0]
     schedule = te.create_schedule([x.op for x in outs])
-    stages = {}
+    stages, seen = {}, set()
 
     def walk(tensor):
         op = tensor.op
-        if not isinstance(op, te.ComputeOp) or op.tag in stages:
+        if not isinstance(op, te.ComputeOp) or op in seen:
             return
+        seen.add(op)
         if op.tag.startswith("winograd"):
             stages[op.tag.split(",")[0]] = tensor
         elif tensor is not out and tag.is_injective(op.tag):
@@ -254,7 +255,6 @@ def winograd_call(data: relay.Expr, weights: np.ndarray, conv_attrs: tvm.ir.Attr
     """A call of :data:`OP_NAME` in place of a conv with attributes ``conv_attrs`` (its
     ``Conv2DAttrs``, kept: tools that read a conv's shape read this op's the same way)."""
     return relay.Call(tvm.ir.Op.get(OP_NAME), [data, relay.const(weights)], conv_attrs)
-
 
 
 register()

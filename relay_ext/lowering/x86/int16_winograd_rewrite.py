@@ -35,11 +35,17 @@ INT32_MAX = 2 ** 31 - 1
 INPUT_MAX = 255  # |input| of the convs rewritten: uint8, or uint8 minus a zero point
 
 
+def _transformed(kernel: np.ndarray) -> np.ndarray:
+    """``G' g G'^T`` of ``kernel`` ``[K, C, 3, 3]`` per input and output channel: ``[4, 4, K, C]``
+    int64."""
+    return np.einsum("ai,kcij,bj->abkc", G2, kernel.astype(np.int64), G2)
+
+
 def transform_weights(kernel: np.ndarray, lanes: int) -> np.ndarray:
     """``U' = G' g G'^T`` of ``kernel`` ``[K, C, 3, 3]``, packed ``[16, K / lanes, C / 2, lanes, 2]``
     int16 (position, output-channel vector, input-channel pair, lane, pair member)."""
     out_channels, channels = kernel.shape[:2]
-    u = np.einsum("ai,kcij,bj->abkc", G2, kernel.astype(np.int64), G2)
+    u = _transformed(kernel)
     if np.abs(u).max() > np.iinfo(np.int16).max:
         raise ValueError("transformed weights out of the int16 range")
     u = u.reshape(16, out_channels // lanes, lanes, channels // 2, 2).transpose(0, 1, 3, 2, 4)
@@ -51,7 +57,7 @@ def int32_bound(kernel: np.ndarray, input_max: int = INPUT_MAX) -> int:
     partial sums included) can take for ``kernel`` ``[K, C, 3, 3]`` and inputs within
     ``+-input_max``: a ``V`` entry sums 4 inputs, and a partial sum is at most the sum of its terms'
     magnitudes."""
-    u = np.abs(np.einsum("ai,kcij,bj->abkc", G2, kernel.astype(np.int64), G2))  # [4, 4, K, C]
+    u = np.abs(_transformed(kernel))
     m = u.sum(axis=3) * 4 * input_max
     half = np.einsum("by,xyk->xbk", np.abs(A_T), m)  # the second index first, as the output transform sums
     return int(np.einsum("ax,xbk->abk", np.abs(A_T), half).max())
@@ -76,8 +82,10 @@ def _uint8_range(expr: relay.Expr) -> bool:
     if name(expr) == "subtract":
         expr, zero = expr.args
         # a uint8 zero point: the difference stays within +-INPUT_MAX
-        if not (isinstance(zero, relay.Constant) and 0 <= zero.data.numpy().astype(np.int64).min()
-                and zero.data.numpy().astype(np.int64).max() <= INPUT_MAX):
+        if not isinstance(zero, relay.Constant):
+            return False
+        values = zero.data.numpy().astype(np.int64)
+        if values.min() < 0 or values.max() > INPUT_MAX:
             return False
     return name(expr) == "cast" and str(expr.args[0].checked_type.dtype) == "uint8"
 
@@ -143,11 +151,7 @@ def rewrite(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     (module doc) as :data:`OP_NAME` where :func:`serves` ``target``; unchanged elsewhere."""
     if not serves(target):
         return mod
-    with target:
-        from tvm.target.x86 import get_simd_32bit_lanes  # pylint: disable=import-outside-toplevel
-
-        lanes = get_simd_32bit_lanes()
-    rewriter = _Rewriter(lanes)
+    rewriter = _Rewriter(int16_pair_conv.vector_lanes(target))
     main = rewriter.visit(mod["main"])
     if not rewriter.rewritten:
         return mod

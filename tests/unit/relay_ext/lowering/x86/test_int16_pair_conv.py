@@ -13,27 +13,9 @@ from relay_ext.build import compile
 from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule, x86_codegen
 from relay_ext.measure.run import run_module
 from relay_ext.report.layout_transforms import layout_transforms_of_module
-from helpers import needs_host_for
+from conftest import AVX2
+from helpers import AVX512_NO_VNNI, exact_qnn_conv, needs_host_for
 
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
-AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
-
-
-def _exact_conv(data, weights, zx, zw, stride, pad, dilation=1):
-    """sum((x - zx) * (w - zw)) over the window, the input padded with zx: what qnn.conv2d means."""
-    padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    kernel = weights.astype(np.int64) - np.reshape(zw, (-1, 1, 1, 1))
-    k = weights.shape[2]
-    span = dilation * (k - 1) + 1
-    out_h = (data.shape[2] + 2 * pad - span) // stride + 1
-    out_w = (data.shape[3] + 2 * pad - span) // stride + 1
-    out = np.zeros((data.shape[0], weights.shape[0], out_h, out_w), np.int64)
-    for i in range(k):
-        for j in range(k):
-            top, left = i * dilation, j * dilation
-            window = padded[:, :, top:top + stride * out_h:stride, left:left + stride * out_w:stride]
-            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
-    return out
 
 
 CONVS = [
@@ -63,7 +45,7 @@ def _conv_case(cin, cout, k, size, stride=1, pad=0, data_dtype="uint8", kernel_d
                                kernel_size=(k, k), channels=cout, strides=(stride, stride),
                                padding=(pad, pad), dilation=(dilation, dilation), out_dtype="int32")
     mod = tvm.IRModule.from_expr(relay.Function([var], body))
-    return mod, data, _exact_conv(data, weights, zx, zw, stride, pad, dilation)
+    return mod, data, exact_qnn_conv(data, weights, zx, zw, stride, pad, dilation)
 
 
 def _int16_convs(mod: tvm.IRModule, target: str) -> list:

@@ -17,24 +17,8 @@ from relay_ext.lowering.prefold import prefold
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.x86 import int16_winograd, int16_winograd_rewrite, x86_codegen
 from relay_ext.measure.run import run_module
-from helpers import needs_host_for
-
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
-AVX512_NO_VNNI = "llvm -mcpu=skylake-avx512 -num-cores 2"
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
-
-
-def _exact(data, weights, zx, zw, stride=1):
-    """sum((x - zx) * (w - zw)) over 3x3 windows of the input padded by 1 with zx."""
-    padded = np.pad(data.astype(np.int64) - zx, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    kernel = weights.astype(np.int64) - np.reshape(zw, (-1, 1, 1, 1))
-    size = (data.shape[2] - 1) // stride + 1
-    out = np.zeros((1, weights.shape[0], size, size), np.int64)
-    for i in range(3):
-        for j in range(3):
-            window = padded[:, :, i:i + stride * size:stride, j:j + stride * size:stride]
-            out += np.einsum("nchw,oc->nohw", window, kernel[:, :, i, j])
-    return out
+from conftest import AVX2
+from helpers import AVX512_NO_VNNI, VNNI, exact_qnn_conv, needs_host_for
 
 
 def _conv(channels, size, weight_max=127, stride=1, zx=77, zw=0, kernel_dtype="int8", seed=0):
@@ -49,7 +33,7 @@ def _conv(channels, size, weight_max=127, stride=1, zx=77, zw=0, kernel_dtype="i
                                channels=channels, strides=(stride, stride), padding=(1, 1),
                                out_dtype="int32")
     mod = tvm.IRModule.from_expr(relay.Function([var], body))
-    return mod, data, _exact(data, weights, zx, zw, stride)
+    return mod, data, exact_qnn_conv(data, weights, zx, zw, stride, pad=1)
 
 
 def _winograd_calls(mod: tvm.IRModule, target: str) -> int:
