@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 INT16 = "int16"
 PAIR = 2  # int16 products vpmaddwd sums into one 32-bit lane
+# vpmaddwd's LLVM intrinsic by int32 lanes: AVX2 (ymm), AVX-512BW (zmm)
+PMADDWD = {8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
 IN_CHANNEL_MULTIPLE = 4  # input channels padded as TVM pads int8 convs' (the blocks stay alike)
 OUT_CHANNEL_BLOCK = 16  # output channel block of TVM's int8 convs on x86
 # Accumulator vectors a register tile keeps live: the vector registers (16 ymm with AVX2, 32 zmm
@@ -129,10 +131,9 @@ def is_int16_conv(data_dtype: str, kernel_dtype: str, target: Optional[Target] =
 def pmaddwd_intrinsic(lanes: int) -> tvm.te.TensorIntrin:
     """``out[i] += a[0] * b[i, 0] + a[1] * b[i, 1]`` for ``i < lanes`` (int16 in, int32 out), one
     ``vpmaddwd`` (``lanes`` 8: AVX2, 16: AVX-512BW) and one vector add."""
-    vector = {8: ("llvm.x86.avx2.pmadd.wd", 256), 16: ("llvm.x86.avx512.pmaddw.d.512", 512)}
-    if lanes not in vector:
+    if lanes not in PMADDWD:
         raise ValueError(f"vpmaddwd has 8 (AVX2) or 16 (AVX-512BW) int32 lanes, not {lanes}")
-    llvm_name, bits = vector[lanes]
+    llvm_name, bits = PMADDWD[lanes], lanes * 32
     pairs = te.placeholder((PAIR,), dtype=INT16, name="pairs")
     weights = te.placeholder((lanes, PAIR), dtype=INT16, name="weights")
     k = te.reduce_axis((0, PAIR), name="k")

@@ -32,6 +32,7 @@ from tvm import relay, te, tir
 from relay_ext.lowering.x86 import int16_pair_conv
 
 OP_NAME = "quantfuse.winograd_conv2d_3x3"
+GEMM_STAGE = "winograd_gemm"  # the GEMMs' stage (its buffers' names start with it)
 OUT_BLOCK = 16  # output channels per block of the NCHW16c output, as the int8 convs'
 REGISTER_TILES = 12  # tiles of a GEMM register tile: as many accumulator vectors
 FUSED_MAX_WEIGHT_BYTES = 256 * 1024  # per-row GEMMs re-read the weights: only where L2 holds them
@@ -83,7 +84,7 @@ def winograd_conv2d(data: te.Tensor, weights: te.Tensor, padding: int) -> te.Ten
     member = te.reduce_axis((0, 2), "member")
     m = te.compute((16, vectors, tiles, lanes), lambda p, kv, t, l: te.sum(
         v[p, t, pair * 2 + member].astype("int32") * weights[p, kv, pair, l, member].astype("int32"),
-        axis=[pair, member]), name="winograd_gemm", tag="winograd_gemm")
+        axis=[pair, member]), name=GEMM_STAGE, tag=GEMM_STAGE)
 
     def out(nn, kb, oy, ox, kl):
         k = kb * OUT_BLOCK + kl
@@ -140,7 +141,7 @@ def schedule_winograd(outs: List[te.Tensor]) -> te.Schedule:
             walk(producer)
 
     walk(out)
-    v, m, y = stages["winograd_input"], stages["winograd_gemm"], stages["winograd_output"]
+    v, m, y = stages["winograd_input"], stages[GEMM_STAGE], stages["winograd_output"]
     lanes = int(m.shape[3])
     block = int(v.op.input_tensors[0].shape[4])
     if y is not out:

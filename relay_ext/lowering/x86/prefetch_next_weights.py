@@ -1,4 +1,5 @@
-"""A TIR pass that prefetches the weights a VNNI kernel's thread reads next into the L2 cache.
+"""A TIR pass that prefetches the weights a VNNI kernel's thread reads next into the L2 cache
+(and an int16 Winograd conv's GEMMs', below).
 
 A VNNI conv kernel runs its outer loop in parallel over blocks of output channels (or over blocks
 x rows), and every iteration reads its block's weights in the reduction loop, each weight vector
@@ -33,8 +34,13 @@ address leaves the buffer. Left alone: kernels whose weights do not depend on th
 (all of a small conv's weights read in every iteration, already in cache), kernels that use each
 weight vector once (a dense layer at batch 1 streams its weights, which the hardware prefetcher
 follows; a prefetch per product made ResNet-50's classifier 1.2x slower), and every kernel without
-``vpdpbusd`` (AMX, float, and the int16 kernels of targets without VNNI, whose AVX2 builds ran
-ResNet-50 1.02x slower with it). A block's rows all issue the prefetches (only the first row's
+``vpdpbusd`` (AMX, float, and the direct int16 convs of targets without VNNI, whose AVX2 builds
+ran ResNet-50 1.02x slower with it). The one ``vpmaddwd`` kernel served is the int16 Winograd
+conv's (:mod:`.int16_winograd`, a kernel that writes its GEMM stage): where its transformed weights
+pass L2 its parallel loop walks the GEMMs (transform position x output vector), each reading its
+own weights, which come from memory inside a model (ResNet-18's 512-channel convs: 8 MB); with
+the prefetch whole ResNet-18 and ResNet-50 builds for AVX2 ran 0.88x and 0.95x the time
+(docs/cpu.md). A block's rows all issue the prefetches (only the first row's
 fetch anything; the rest find the lines in L2): issuing each line once a block ran no faster.
 Runs as a phase-2 lowering pass (``tir.add_lower_pass``: the tensorized VNNI calls exist from
 then on) in every build quantfuse makes; the outputs are the same (a prefetch changes no value).
@@ -42,11 +48,13 @@ then on) in every build quantfuse makes; the outputs are the same (a prefetch ch
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import tvm
 from tvm import tir
 
+from relay_ext.lowering.x86.int16_pair_conv import PMADDWD
+from relay_ext.lowering.x86.int16_winograd import GEMM_STAGE
 from relay_ext.lowering.x86.vnni_intrinsics import VPDPBUSD
 
 BLOCKS_AHEAD = 2
@@ -57,15 +65,15 @@ MIN_USES_PER_LINE = 2
 READ, LOCALITY_L2, DATA_CACHE = 0, 2, 1
 
 
-def _weight_loads(stmt: tir.Stmt, parallel: tir.Var, dot_id: int) -> List[tir.BufferLoad]:
-    """The vector loads that are the weight operand (the last argument) of the ``vpdpbusd`` calls
-    (LLVM intrinsic ``dot_id``) in ``stmt`` and whose index depends on ``parallel``."""
+def _weight_loads(stmt: tir.Stmt, parallel: tir.Var, dot_ids: Set[int]) -> List[tir.BufferLoad]:
+    """The vector loads that are the weight operand (the last argument) of the dot product calls
+    (LLVM intrinsics ``dot_ids``) in ``stmt`` and whose index depends on ``parallel``."""
     found: List[tir.BufferLoad] = []
 
     def visit(node):
         if not (isinstance(node, tir.Call) and isinstance(node.op, tvm.ir.Op)
                 and node.op.name == "tir.call_llvm_pure_intrin"
-                and isinstance(node.args[0], tir.IntImm) and int(node.args[0]) == dot_id):
+                and isinstance(node.args[0], tir.IntImm) and int(node.args[0]) in dot_ids):
             return
         weight = node.args[-1]
         if isinstance(weight, tir.BufferLoad) and len(weight.indices) == 1 and \
@@ -126,11 +134,11 @@ def block_step(index: tir.PrimExpr, parallel: tir.Var, extent: int) -> Optional[
     return None
 
 
-def _with_prefetches(loop: tir.For, parallel: tir.For, dot_id: int) -> Optional[tir.For]:
+def _with_prefetches(loop: tir.For, parallel: tir.For, dot_ids: Set[int]) -> Optional[tir.For]:
     """``loop`` (an innermost loop of dot calls) with a prefetch of each of its weight lines for
     the block :data:`BLOCKS_AHEAD` ahead, or None where it reads no block that depends on the
     parallel loop."""
-    loads = _weight_loads(loop.body, parallel.loop_var, dot_id)
+    loads = _weight_loads(loop.body, parallel.loop_var, dot_ids)
     if not loads or not isinstance(parallel.extent, tir.IntImm):
         return None
     extent = int(parallel.extent)
@@ -164,27 +172,37 @@ def _has_for(stmt: tir.Stmt) -> bool:
     return bool(found)
 
 
-def _innermost_dot_loops(parallel: tir.For, dot_id: int) -> tir.Stmt:
+def _innermost_dot_loops(parallel: tir.For, dot_ids: Set[int]) -> tir.Stmt:
     def rewrite(node):
         if node.kind not in (tir.ForKind.SERIAL, tir.ForKind.UNROLLED) or _has_for(node.body):
             return None  # only the innermost loops hold the dot calls
-        return _with_prefetches(node, parallel, dot_id)
+        return _with_prefetches(node, parallel, dot_ids)
 
     return tir.stmt_functor.ir_transform(parallel.body, None, rewrite, ["tir.For"])
 
 
+def _runs_winograd_gemms(func: tir.PrimFunc) -> bool:
+    """Whether ``func`` writes the GEMM stage of the int16 Winograd conv."""
+    found: List[bool] = []
+    tir.stmt_functor.post_order_visit(func.body, lambda n: found.append(True) if isinstance(
+        n, tir.BufferStore) and n.buffer.name.startswith(GEMM_STAGE) else None)
+    return bool(found)
+
+
 @tir.transform.prim_func_pass(opt_level=0, name="quantfuse.PrefetchNextWeights")
 def prefetch_next_weights(func: tir.PrimFunc, _mod, _ctx) -> tir.PrimFunc:
-    """Prefetch, in each innermost reduction loop of ``vpdpbusd`` calls, the weight lines of the
-    block :data:`BLOCKS_AHEAD` blocks further along the enclosing parallel loop."""
-    dot_id = tvm.target.codegen.llvm_lookup_intrinsic_id(VPDPBUSD)
-    if not dot_id:  # an LLVM without the instruction
+    """Prefetch, in each innermost reduction loop of ``vpdpbusd`` calls (or, in the Winograd
+    conv's GEMMs, ``vpmaddwd`` calls), the weight lines of the block :data:`BLOCKS_AHEAD` blocks
+    further along the enclosing parallel loop."""
+    names = [VPDPBUSD] + (list(PMADDWD.values()) if _runs_winograd_gemms(func) else [])
+    dot_ids = {tvm.target.codegen.llvm_lookup_intrinsic_id(name) for name in names} - {0}
+    if not dot_ids:  # an LLVM without the instructions
         return func
 
     def rewrite(node):
         if node.kind != tir.ForKind.PARALLEL:
             return None
-        body = _innermost_dot_loops(node, dot_id)
+        body = _innermost_dot_loops(node, dot_ids)
         if body.same_as(node.body):
             return None
         return tir.For(node.loop_var, node.min, node.extent, node.kind, body,

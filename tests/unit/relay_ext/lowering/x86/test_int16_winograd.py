@@ -84,6 +84,17 @@ def test_the_no_search_build_keeps_the_winograd_conv_exact():
     assert np.array_equal(out, expected)
 
 
+@pytest.mark.parametrize("channels, stride, prefetches", [
+    (128, 1, True),   # whole-tensor GEMMs: each reads its weights once, from memory
+    (64, 1, False),   # per row of tiles: every row reads all the weights (cache)
+    (128, 2, False),  # strided: the direct int16 conv, whose build gained nothing from it
+])
+def test_only_the_whole_tensor_gemms_prefetch_their_next_weights(channels, stride, prefetches):
+    mod, _, _ = _conv(channels, 8, stride=stride)
+    asm = compile(mod, {}, AVX2, schedule="default").lib.get_lib().get_source("asm")
+    assert ("prefetcht1" in asm) == prefetches
+
+
 @pytest.mark.parametrize("target, channels, stride, rewritten", [
     (AVX2, 64, 1, 1), (AVX2, 64, 2, 0),  # strided: no F(2x2, 3x3)
     (AVX2, 32, 1, 0),                    # below MIN_CHANNELS

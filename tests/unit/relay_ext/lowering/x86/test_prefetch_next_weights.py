@@ -14,17 +14,19 @@ from tvm import tir
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.lowering.x86.prefetch_next_weights import (BLOCKS_AHEAD, block_step,
                                                          prefetch_next_weights)
+from relay_ext.lowering.x86.int16_pair_conv import PMADDWD
+from relay_ext.lowering.x86.int16_winograd import GEMM_STAGE
 from helpers import VNNI, host_has_vnni, run_child
 
 HOST_HAS_VNNI = host_has_vnni()
 
 
 def _kernel(rows_in_parallel: bool, weights_follow_the_loop: bool = True, columns: int = 2,
-            intrinsic: str = "llvm.x86.avx512.vpdpbusd.512") -> tir.PrimFunc:
+            intrinsic: str = "llvm.x86.avx512.vpdpbusd.512", out: str = "out") -> tir.PrimFunc:
     """8 blocks of 16 output channels, 3 rows, a reduction of 4 steps; each step reads 2 weight
     vectors (one with the rows in the parallel loop), each for ``columns`` output columns, as
     a conv's unrolled register tile does. The parallel loop walks the blocks, or blocks x rows
-    fused."""
+    fused. The results go to a buffer named ``out``."""
     blocks, rows = 8, 3
     vectors = 1 if rows_in_parallel else 2
     block = "p // 3" if rows_in_parallel else "b"
@@ -48,14 +50,14 @@ def _kernel(rows_in_parallel: bool, weights_follow_the_loop: bool = True, column
     source = f"""
 @T.prim_func
 def kernel(x: T.Buffer((64,), "uint8"), w: T.Buffer((8192,), "int8"),
-           out: T.Buffer(({blocks * rows * 16},), "int32")):
+           {out}: T.Buffer(({blocks * rows * 16},), "int32")):
     {loops}
             acc = T.allocate([{accumulators}], "int32x16", "global")
             acc_1 = T.Buffer(({accumulators},), "int32x16", data=acc)
             {zero}
             for k in range(4):
 {body}
-            out[T.Ramp(({row}) * 16, 1, 16)] = {total}
+            {out}[T.Ramp(({row}) * 16, 1, 16)] = {total}
 """
     return tvm.script.from_source(source)
 
@@ -106,6 +108,19 @@ def test_where_rows_share_a_block_the_prefetch_skips_whole_blocks():
     # 3 iterations read one block: two blocks ahead is 6 iterations ahead
     assert _address_at(call, {"p": 4, "k": 0}) == (4 // 3 + BLOCKS_AHEAD) * 512
     assert _address_at(call, {"p": 23, "k": 1}) == 7 * 512 + 128
+
+
+@pytest.mark.parametrize("intrinsic", PMADDWD.values())
+def test_the_winograd_gemms_int16_dot_products_prefetch_their_weights_too(intrinsic):
+    """vpmaddwd kernels are left alone (the int16 direct convs ran no faster with it), except
+    the GEMMs of the int16 Winograd conv, whose transformed weights stream from memory."""
+    direct = _kernel(rows_in_parallel=False, intrinsic=intrinsic)
+    assert tvm.ir.structural_equal(_apply(direct), direct)
+    gemm = _kernel(rows_in_parallel=False, intrinsic=intrinsic, out=GEMM_STAGE + "_global")
+    calls = _prefetches(_apply(gemm))
+    assert len(calls) == 2
+    assert sorted(_address_at(c, {"b": 0, "k": 1}) for c in calls) == \
+        [BLOCKS_AHEAD * 512 + 128, BLOCKS_AHEAD * 512 + 128 + 64]
 
 
 def test_block_step_counts_the_iterations_of_one_block():
