@@ -2,19 +2,24 @@
 
     python -m benchmarks.lowering_pass_ab [--pass quantfuse.RoundAndConvert]
         [--models resnet50,resnet18,mobilenet_v2] [--rounds 15] [--threads 2]
+        [--target host] [--schedule no-search]
 
 Each model's no-search build (the rule designs, no per-task choice, so that both builds have the
-same schedules) is built twice, with every pass of ``BUILD_OPTIONS["tir.add_lower_pass"]`` and
+same schedules; ``--schedule default``: TVM's untuned schedules and quantfuse's own, which is what
+the per-task choice keeps on targets without VNNI, whose MetaSchedule designs of the int16 convs
+are slow) is built twice, with every pass of ``BUILD_OPTIONS["tir.add_lower_pass"]`` and
 without the one named; both run on the model's input (the outputs must be identical: the passes
 are exact rewrites), then are timed in turns (``--rounds`` rounds, each the mean of 10 runs after
 the pause of :func:`relay_ext.measure.timing.interleaved_rounds`), so that the VM's drift hits
 both alike. Prints the table and writes the
-section ``lowering_pass_ab`` of docs/BENCHMARKS.md.
+section ``lowering_pass_ab`` of docs/BENCHMARKS.md (``lowering_pass_ab_<target>`` for a target
+other than ``host``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 from typing import Dict, List
 
@@ -36,11 +41,14 @@ def passes_without(name: str) -> List:
     return kept
 
 
-def build(loaded, passes: List) -> tvm.runtime.Module:
+def build(loaded, passes: List, target: str = "host",
+          schedule: str = "no-search") -> tvm.runtime.Module:
     saved = config.BUILD_OPTIONS["tir.add_lower_pass"]
     config.BUILD_OPTIONS["tir.add_lower_pass"] = passes
     try:
-        return relay_ext.compile(loaded, target="host", schedule="no-search",
+        if schedule == "default":
+            return relay_ext.compile(loaded, target=target, schedule="default").lib
+        return relay_ext.compile(loaded, target=target, schedule="no-search",
                                  choose_per_task=False).lib
     finally:
         config.BUILD_OPTIONS["tir.add_lower_pass"] = saved
@@ -62,13 +70,16 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50,resnet18,mobilenet_v2")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--schedule", choices=["no-search", "default"], default="no-search")
     args = parser.parse_args()
     without = passes_without(args.pass_name)
     rows = []
     for name in args.models.split(","):
         loaded = relay_ext.load_model(name)
-        libs = {"with": build(loaded, list(config.BUILD_OPTIONS["tir.add_lower_pass"])),
-                "without": build(loaded, without)}
+        libs = {"with": build(loaded, list(config.BUILD_OPTIONS["tir.add_lower_pass"]),
+                              args.target, args.schedule),
+                "without": build(loaded, without, args.target, args.schedule)}
         result = with_tvm_threads(args.threads, lambda: time_in_turns(libs, loaded.inputs,
                                                                         args.rounds))
         ms = result["ms"]
@@ -78,10 +89,15 @@ def main() -> None:
     table = markdown_table(["model", "with (ms)", "without (ms)", "with / without",
                             "outputs identical"], rows)
     print(table)
-    body = (f"`{args.pass_name}` on and off in quantfuse's no-search build (`--target host`, "
-            f"batch 1, 224x224, {args.threads} threads, random weights; median of {args.rounds} "
-            "rounds of 10 runs, the two builds in turns).\n\n" + table)
-    write_section("lowering_pass_ab", f"A lowering pass on and off: {args.pass_name}", body)
+    build_name = "no-search build" if args.schedule == "no-search" else "untuned build"
+    body = (f"`{args.pass_name}` on and off in quantfuse's {build_name} (`--target "
+            f"{args.target}`, batch 1, 224x224, {args.threads} threads, random weights; median of "
+            f"{args.rounds} rounds of 10 runs, the two builds in turns).\n\n" + table)
+    name, title = "lowering_pass_ab", f"A lowering pass on and off: {args.pass_name}"
+    if args.target != "host":
+        name += "_" + re.sub(r"\W+", "_", args.target).strip("_")
+        title += f", {args.target}"
+    write_section(name, title, body)
 
 
 if __name__ == "__main__":
