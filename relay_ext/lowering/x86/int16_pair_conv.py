@@ -209,8 +209,9 @@ def one_vector_columns(columns: int, oc_bn: int, lanes: int) -> int:
 def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
     """Every int16 conv, 1x1 or k x k, in the column-block schedule of :mod:`.vnni_conv_schedule`
     with :func:`pmaddwd_intrinsic`, the register tile of :func:`register_tile` (a channel block's
-    vectors one at a time where :func:`one_vector_columns` says so), and the operand widening
-    computed once, in parallel. (TOPI's 1x1 int8 schedule, with rows in its tile, ran ResNet-50
+    vectors one at a time where :func:`one_vector_columns` says so), the rows outside the
+    channel blocks where :func:`rows_outside` says so, and the operand widening computed once,
+    in parallel. (TOPI's 1x1 int8 schedule, with rows in its tile, ran ResNet-50
     1.04x and MobileNetV2 1.05x the time on AVX2, docs/BENCHMARKS.md.)"""
     from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel
 
@@ -224,16 +225,27 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         conv = op.output(0)
         data_vec, kernel_vec = conv.op.input_tensors
         _widen_once(schedule, data_vec)
-        oc_bn, ow = get_const_tuple(kernel_vec.shape)[5], get_const_tuple(conv.shape)[3]
+        _, oc_chunks, oh, ow, oc_bn = get_const_tuple(conv.shape)
+        kernel_h, kernel_w = get_const_tuple(kernel_vec.shape)[2:4]
         apart = one_vector_columns(ow, oc_bn, lanes)
         # computed per block of columns, not per column of the fused epilogue (TOPI's)
         vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
             schedule, {"unroll_kw": True}, data_vec, kernel_vec, conv, outs[0], lanes=lanes,
             intrin=pmaddwd_intrinsic(lanes), columns=apart or register_tile(ow, oc_bn, lanes),
-            vectors_outside=bool(apart))
+            vectors_outside=bool(apart), rows_outside=rows_outside(
+                oh, ow, oc_chunks * oc_bn, kernel_h * kernel_w))
 
     traverse_inline(schedule, outs[0].op, callback)
     return schedule
+
+
+def rows_outside(out_height: int, out_width: int, out_channels: int, taps: int) -> bool:
+    """Whether a conv's parallel loop walks its output rows outside its output channel blocks:
+    where its output pixels outnumber its output channels x kernel taps (ResNet-50's 1x1 convs
+    at 56x56 and 28x28), each row then reads every block's weights while its input rows stay in
+    cache, instead of each channel block reading the whole input (the choice of quantfuse's VNNI
+    designs; on AVX2 ResNet-50 and MobileNetV2 ran 0.95x the time, docs/cpu.md)."""
+    return out_height * out_width > out_channels * taps
 
 
 def _widen_once(schedule: te.Schedule, data_vec: te.Tensor) -> None:

@@ -85,14 +85,17 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                                   last: te.Tensor, lanes: int = INT32_LANES,
                                   intrin: Optional[Any] = None,
                                   columns: Optional[int] = None,
-                                  vectors_outside: bool = False) -> te.Schedule:
+                                  vectors_outside: bool = False,
+                                  rows_outside: bool = False) -> te.Schedule:
     """TOPI's ``schedule_conv_NCHWc_cpu_common_int8`` (TOPI's schedule of k x k kernels) with the
     conv computed per block of :func:`block_width` output columns: that many independent VNNI
     accumulators. ``lanes``, ``intrin`` and ``columns`` (default: 16, TOPI's VNNI dot product, the
     block width) give the same schedule another tensor intrinsic (the int16 convs of
     :mod:`.int16_pair_conv`, 1x1 ones included). ``vectors_outside``: a channel block of several
     vectors is computed one vector at a time, each with its own pass over the reduction, so a
-    block of ``columns`` holds ``columns`` accumulators, not ``columns`` times the vectors."""
+    block of ``columns`` holds ``columns`` accumulators, not ``columns`` times the vectors.
+    ``rows_outside``: the parallel loop walks output rows outside output channel blocks
+    (TOPI's order is the other way round)."""
     # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements,too-many-arguments
     from tvm.topi.utils import get_const_tuple
     from tvm.topi.x86.tensor_intrin import dot_16x1x16_uint8_int8_int32
@@ -125,8 +128,9 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     # the conv's output block: rows in parallel, columns in blocks of reg_n
     batch, oc_chunk, oh, ow, oc_block = s[conv].op.axis
     ow_chunk, ow_block = s[conv].split(ow, factor=reg_n)
-    s[conv].reorder(oc_chunk, oh, ow_chunk, ow_block, oc_block)
-    parallel_axis = s[conv].fuse(batch, oc_chunk, oh)
+    outer = [oh, oc_chunk] if rows_outside else [oc_chunk, oh]
+    s[conv].reorder(*outer, ow_chunk, ow_block, oc_block)
+    parallel_axis = s[conv].fuse(batch, *outer)
     s[conv].vectorize(oc_block)
     if conv == out:
         s[conv].parallel(parallel_axis)
@@ -160,8 +164,9 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
         else:
             raise ValueError(f"Unsupported output ndim: {len(s[out].op.axis)}")
         ow_chunk, ow_block = s[out].split(ow, factor=reg_n)
-        s[out].reorder(oc_chunk, oh, ow_chunk, ow_block, oc_block)
-        parallel_axis = s[out].fuse(batch, oc_chunk, oh)
+        outer = [oh, oc_chunk] if rows_outside else [oc_chunk, oh]
+        s[out].reorder(*outer, ow_chunk, ow_block, oc_block)
+        parallel_axis = s[out].fuse(batch, *outer)
         s[conv].compute_at(s[out], ow_chunk)
         s[out].vectorize(oc_block)
         s[out].parallel(parallel_axis)

@@ -174,6 +174,27 @@ def test_a_channel_block_is_split_into_vectors_only_where_the_tile_grows(columns
     assert int16_pair_conv.one_vector_columns(columns, oc_bn, lanes) == apart
 
 
+@pytest.mark.parametrize("height, width, channels, taps, outside", [
+    (56, 56, 256, 1, True),    # ResNet-50's 1x1 convs at 56x56: each row reads all the weights
+    (14, 14, 1024, 1, False),  # more channels than pixels: each channel block reads the input
+    (14, 14, 64, 9, False),    # 3x3: 576 weights a channel of input
+    (7, 7, 48, 1, True),
+])
+def test_rows_go_outside_the_channel_blocks_where_pixels_outnumber_weights(height, width, channels,
+                                                                           taps, outside):
+    assert int16_pair_conv.rows_outside(height, width, channels, taps) == outside
+
+
+def test_the_exact_cases_run_in_both_loop_orders():
+    """The exactness cases above hold convs in each order of the parallel loop."""
+    def out_size(c):
+        return (c["size"] + 2 * c.get("pad", 0) - c["k"]) // c.get("stride", 1) + 1
+
+    orders = {int16_pair_conv.rows_outside(out_size(c), out_size(c), -(-c["cout"] // 16) * 16,
+                                           c["k"] ** 2) for c in CONVS}
+    assert orders == {True, False}
+
+
 def test_pmaddwd_intrinsic_needs_avx2_or_avx512_lanes():
     with pytest.raises(ValueError, match="8 \\(AVX2\\) or 16"):
         int16_pair_conv.pmaddwd_intrinsic(4)
