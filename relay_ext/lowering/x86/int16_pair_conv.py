@@ -244,7 +244,7 @@ def rows_outside(out_height: int, out_width: int, out_channels: int, taps: int) 
     where its output pixels outnumber its output channels x kernel taps (ResNet-50's 1x1 convs
     at 56x56 and 28x28), each row then reads every block's weights while its input rows stay in
     cache, instead of each channel block reading the whole input (the choice of quantfuse's VNNI
-    designs; on AVX2 ResNet-50 and MobileNetV2 ran 0.95x the time, docs/cpu.md)."""
+    designs; on AVX2 MobileNetV2 ran 0.95-0.98x the time, ResNet-50 level, docs/cpu.md)."""
     return out_height * out_width > out_channels * taps
 
 

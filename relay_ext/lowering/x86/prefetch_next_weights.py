@@ -39,7 +39,7 @@ ran ResNet-50 1.02x slower with it). The one ``vpmaddwd`` kernel served is the i
 conv's (:mod:`.int16_winograd`, a kernel that writes its GEMM stage): where its transformed weights
 pass L2 its parallel loop walks the GEMMs (transform position x output vector), each reading its
 own weights, which come from memory inside a model (ResNet-18's 512-channel convs: 8 MB); with
-the prefetch whole ResNet-18 and ResNet-50 builds for AVX2 ran 0.88x and 0.95x the time
+the prefetch whole ResNet-18 and ResNet-50 builds for AVX2 ran 0.88x and 0.95-0.96x the time
 (docs/cpu.md). A block's rows all issue the prefetches (only the first row's
 fetch anything; the rest find the lines in L2): issuing each line once a block ran no faster.
 Runs as a phase-2 lowering pass (``tir.add_lower_pass``: the tensorized VNNI calls exist from
