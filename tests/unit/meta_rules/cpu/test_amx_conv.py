@@ -21,8 +21,8 @@ from meta_rules.cpu.amx_tiles import target_has_amx
 from relay_ext.lowering.x86 import amx_layout, x86_codegen
 from relay_ext.lowering.x86.amx import request_amx_tile_data
 from amx_reference import AMX, conv_module, reference
+from helpers import VNNI
 
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 
 
 def design_spaces(mod, target):

@@ -18,10 +18,10 @@ from relay_ext.frontend import onnx_export, onnx_import, optional_deps
 from relay_ext.frontend import onnx_reference
 from relay_ext.peers import onnx_runtime
 from relay_ext.tuning import extract_tasks
+from conftest import AVX2
 
 LLVM = "llvm -num-cores 2"
 # An AVX2 target: QNN lowers convs to uint8 x int8 there (plain llvm upcasts them to int16).
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 IMAGE_SHAPE = (1, 3, 16, 16)
 MLP_SHAPE = (1, 64)
 MAX_STEPS = 3  # whole output steps from the reference; the untuned builds stay well below

@@ -19,8 +19,8 @@ import relay_ext
 from relay_ext.frontend import eager_quantization, onnx_export, onnx_import, onnx_qoperator
 from relay_ext.frontend.onnx_reference import OnnxRuntimeReference, onnxruntime_session
 from relay_ext.report.accuracy import step_error
+from conftest import AVX2
 
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
 IMAGE_SHAPE = (1, 3, 16, 16)
 TOKENS_SHAPE = (1, 8, 16)
 TOLERANCE = 1e-3

@@ -13,9 +13,9 @@ from relay_ext.frontend import models
 from relay_ext.frontend import torch_quantized_ops
 from relay_ext.frontend.onnx_import import op_counts
 from relay_ext.tuning import extract_tasks
+from conftest import AVX2  # QNN convs lower to uint8 x int8 there
 
 LLVM = "llvm -num-cores 2"
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"  # QNN convs lower to uint8 x int8 here
 IMAGE_SIZE = 16
 MAX_STEPS = 3  # the bound; measured: at most 2 steps over 10 inputs, untuned
 TOLERANCE = 1e-3

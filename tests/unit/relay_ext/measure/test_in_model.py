@@ -9,10 +9,10 @@ from relay_ext.lowering.relay_build import compile_with
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.measure.in_model import _Function, kernel_tasks
+from helpers import VNNI
 
 # TVM's VNNI layout: ResNet-18's strided 1x1 convs are named in one order by the task extraction
 # and in another by the build (built here, never run: any x86 host compiles it)
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from relay_ext.lowering.x86 import blocked_layout
 from relay_ext.measure.run import run_module
 from relay_ext.report.layout_transforms import layout_transforms_of_module
 from tests.quantized_test_nets import MobileNetV2Style, ResidualConvNet, fx_quantized_torchscript
+from amx_reference import AMX  # as the build keeps it
+from conftest import AVX2
+from helpers import VNNI
 
-AVX2 = "llvm -mcpu=core-avx2 -num-cores 2"
-VNNI = "llvm -mcpu=cascadelake -num-cores 2"
-AMX = "llvm -mcpu=cascadelake -mattr=+amx-tile,+amx-int8 -num-cores 2"  # as the build keeps it
 AMX_COPIES = ("the AMX 3x3 convs read 64-channel input blocks and every AMX conv writes 16-channel "
               "output blocks (1x1 convs read 16 and repack inside): a copy before each AMX 3x3 conv "
               "remains (docs/cpu.md)")
