@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 from tvm.target import Target
 
 from relay_ext.lowering.x86.vnni_conv_schedule import STACK_BYTES  # a buffer below it: a stack alloca
+from relay_ext.lowering.x86.vnni_conv_schedule import rows_outside
 OC_BLOCK = 16  # output channels per block of the int8 NCHWc convs (VNNI's 16 int32 lanes)
 
 
@@ -96,7 +97,7 @@ def _channels_inside_rows(extents: Sequence[Tuple[int, int, int]], spatial: Sequ
         return None
     _, chunks, rows, columns, _ = (extents[i][0] for i in spatial)
     taps = extents[reduction[0]][0] * extents[reduction[1]][0]
-    return spatial[1] if rows * columns > chunks * OC_BLOCK * taps else None
+    return spatial[1] if rows_outside(rows, columns, chunks * OC_BLOCK, taps) else None
 
 
 def tile_decisions(extents: Sequence[Tuple[int, int, int]], caps: Tuple[int, int],

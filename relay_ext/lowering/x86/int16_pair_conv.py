@@ -210,7 +210,8 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
     """Every int16 conv, 1x1 or k x k, in the column-block schedule of :mod:`.vnni_conv_schedule`
     with :func:`pmaddwd_intrinsic`, the register tile of :func:`register_tile` (a channel block's
     vectors one at a time where :func:`one_vector_columns` says so), the rows outside the
-    channel blocks where :func:`rows_outside` says so, and the operand widening computed once,
+    channel blocks where :func:`.vnni_conv_schedule.rows_outside` says so (on AVX2 MobileNetV2
+    ran 0.95-0.98x the time, ResNet-50 level, docs/cpu.md), and the operand widening computed once,
     in parallel. (TOPI's 1x1 int8 schedule, with rows in its tile, ran ResNet-50
     1.04x and MobileNetV2 1.05x the time on AVX2, docs/BENCHMARKS.md.)"""
     from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel
@@ -232,20 +233,11 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
         vnni_conv_schedule.schedule_conv_NCHWc_int8_vnni(
             schedule, {"unroll_kw": True}, data_vec, kernel_vec, conv, outs[0], lanes=lanes,
             intrin=pmaddwd_intrinsic(lanes), columns=apart or register_tile(ow, oc_bn, lanes),
-            vectors_outside=bool(apart), rows_outside=rows_outside(
+            vectors_outside=bool(apart), rows_outside=vnni_conv_schedule.rows_outside(
                 oh, ow, oc_chunks * oc_bn, kernel_h * kernel_w))
 
     traverse_inline(schedule, outs[0].op, callback)
     return schedule
-
-
-def rows_outside(out_height: int, out_width: int, out_channels: int, taps: int) -> bool:
-    """Whether a conv's parallel loop walks its output rows outside its output channel blocks:
-    where its output pixels outnumber its output channels x kernel taps (ResNet-50's 1x1 convs
-    at 56x56 and 28x28), each row then reads every block's weights while its input rows stay in
-    cache, instead of each channel block reading the whole input (the choice of quantfuse's VNNI
-    designs; on AVX2 MobileNetV2 ran 0.95-0.98x the time, ResNet-50 level, docs/cpu.md)."""
-    return out_height * out_width > out_channels * taps
 
 
 def _widen_once(schedule: te.Schedule, data_vec: te.Tensor) -> None:

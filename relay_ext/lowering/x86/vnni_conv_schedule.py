@@ -80,6 +80,17 @@ def block_width(out_width: int, oc_bn: int, limit: int = MAX_ACCUMULATORS,
     return best
 
 
+def rows_outside(out_height: int, out_width: int, out_channels: int, taps: int) -> bool:
+    """Whether a conv's parallel loop should walk its output rows outside its output channel
+    blocks: where its output pixels outnumber its output channels x kernel taps (per input
+    channel, its input outweighs its weights; ResNet-50's 1x1 convs at 56x56 and 28x28). Each
+    thread then computes every channel of a band of rows, reading only that band of the input,
+    instead of each channel block reading the whole input. Both the no-search VNNI designs
+    (:mod:`relay_ext.schedules.register_tiles`) and the int16 convs of :mod:`.int16_pair_conv`
+    decide by it."""
+    return out_height * out_width > out_channels * taps
+
+
 def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
                                   kernel_vec: te.Tensor, conv_out: te.Tensor,
                                   last: te.Tensor, lanes: int = INT32_LANES,
@@ -94,8 +105,8 @@ def schedule_conv_NCHWc_int8_vnni(s: te.Schedule, cfg: Any, data_vec: te.Tensor,
     :mod:`.int16_pair_conv`, 1x1 ones included). ``vectors_outside``: a channel block of several
     vectors is computed one vector at a time, each with its own pass over the reduction, so a
     block of ``columns`` holds ``columns`` accumulators, not ``columns`` times the vectors.
-    ``rows_outside``: the parallel loop walks output rows outside output channel blocks
-    (TOPI's order is the other way round)."""
+    ``rows_outside`` (see :func:`rows_outside`): the parallel loop walks output rows outside
+    output channel blocks (TOPI's order is the other way round)."""
     # pylint: disable=import-outside-toplevel,too-many-locals,too-many-statements,too-many-arguments
     from tvm.topi.utils import get_const_tuple
     from tvm.topi.x86.tensor_intrin import dot_16x1x16_uint8_int8_int32

@@ -182,7 +182,7 @@ def test_a_channel_block_is_split_into_vectors_only_where_the_tile_grows(columns
 ])
 def test_rows_go_outside_the_channel_blocks_where_pixels_outnumber_weights(height, width, channels,
                                                                            taps, outside):
-    assert int16_pair_conv.rows_outside(height, width, channels, taps) == outside
+    assert vnni_conv_schedule.rows_outside(height, width, channels, taps) == outside
 
 
 def test_the_exact_cases_run_in_both_loop_orders():
@@ -190,8 +190,8 @@ def test_the_exact_cases_run_in_both_loop_orders():
     def out_size(c):
         return (c["size"] + 2 * c.get("pad", 0) - c["k"]) // c.get("stride", 1) + 1
 
-    orders = {int16_pair_conv.rows_outside(out_size(c), out_size(c), -(-c["cout"] // 16) * 16,
-                                           c["k"] ** 2) for c in CONVS}
+    orders = {vnni_conv_schedule.rows_outside(out_size(c), out_size(c), -(-c["cout"] // 16) * 16,
+                                              c["k"] ** 2) for c in CONVS}
     assert orders == {True, False}
 
 
