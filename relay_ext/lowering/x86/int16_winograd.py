@@ -62,7 +62,8 @@ def _rows(matrix: np.ndarray, row: tir.PrimExpr, value) -> tir.PrimExpr:
 
 def winograd_conv2d(data: te.Tensor, weights: te.Tensor, padding: int) -> te.Tensor:
     """The int32 3x3, stride-1 conv of ``data`` ``[N, C / c, H, W, c]`` (uint8 or int16) padded by
-    ``padding`` zeros, with weights from :func:`transform_weights`: ``[N, K / 16, Ho, Wo, 16]``."""
+    ``padding`` zeros, with weights from :func:`.int16_winograd_rewrite.transform_weights`:
+    ``[N, K / 16, Ho, Wo, 16]``."""
     n, blocks, height, width, block = (int(x) for x in data.shape)
     _, vectors, pairs, lanes, _ = (int(x) for x in weights.shape)
     channels, out_channels = blocks * block, vectors * lanes

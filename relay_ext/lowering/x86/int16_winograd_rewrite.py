@@ -44,8 +44,12 @@ def _transformed(kernel: np.ndarray) -> np.ndarray:
 def transform_weights(kernel: np.ndarray, lanes: int) -> np.ndarray:
     """``U' = G' g G'^T`` of ``kernel`` ``[K, C, 3, 3]``, packed ``[16, K / lanes, C / 2, lanes, 2]``
     int16 (position, output-channel vector, input-channel pair, lane, pair member)."""
-    out_channels, channels = kernel.shape[:2]
-    u = _transformed(kernel)
+    return _packed(_transformed(kernel), lanes)
+
+
+def _packed(u: np.ndarray, lanes: int) -> np.ndarray:
+    """:func:`transform_weights` of the weights whose :func:`_transformed` is ``u``."""
+    out_channels, channels = u.shape[2:]
     if np.abs(u).max() > np.iinfo(np.int16).max:
         raise ValueError("transformed weights out of the int16 range")
     u = u.reshape(16, out_channels // lanes, lanes, channels // 2, 2).transpose(0, 1, 3, 2, 4)
@@ -57,8 +61,12 @@ def int32_bound(kernel: np.ndarray, input_max: int = INPUT_MAX) -> int:
     partial sums included) can take for ``kernel`` ``[K, C, 3, 3]`` and inputs within
     ``+-input_max``: a ``V`` entry sums 4 inputs, and a partial sum is at most the sum of its terms'
     magnitudes."""
-    u = np.abs(_transformed(kernel))
-    m = u.sum(axis=3) * 4 * input_max
+    return _bound(_transformed(kernel), input_max)
+
+
+def _bound(u: np.ndarray, input_max: int = INPUT_MAX) -> int:
+    """:func:`int32_bound` of the weights whose :func:`_transformed` is ``u``."""
+    m = np.abs(u).sum(axis=3) * 4 * input_max
     half = np.einsum("by,xyk->xbk", np.abs(A_T), m)  # the second index first, as the output transform sums
     return int(np.einsum("ax,xbk->abk", np.abs(A_T), half).max())
 
@@ -101,7 +109,8 @@ def _kernel_oihw(call: relay.Call) -> Optional[np.ndarray]:
 
 
 def _eligible(call: relay.Call, lanes: int) -> Optional[np.ndarray]:
-    """The OIHW weights of ``call`` where :func:`rewrite` replaces it, else None."""
+    """The transformed weights (:func:`_transformed`, computed once) of ``call`` where
+    :func:`rewrite` replaces it, else None."""
     attrs = call.attrs
     padding = [int(x) for x in attrs.padding]
     data_type, out_type = call.args[0].checked_type, call.checked_type
@@ -124,9 +133,10 @@ def _eligible(call: relay.Call, lanes: int) -> Optional[np.ndarray]:
     if (min(out_channels, channels) < MIN_CHANNELS or channels % 2 or out_channels % OUT_BLOCK
             or out_channels % lanes or min(int(out_type.shape[2]), int(out_type.shape[3])) < MIN_SIZE):
         return None
-    if np.abs(kernel.astype(np.int64)).max() > INPUT_MAX or int32_bound(kernel) > INT32_MAX:
+    if np.abs(kernel.astype(np.int64)).max() > INPUT_MAX:
         return None
-    return kernel
+    u = _transformed(kernel)
+    return u if _bound(u) <= INT32_MAX else None
 
 
 class _Rewriter(relay.ExprMutator):
@@ -139,11 +149,11 @@ class _Rewriter(relay.ExprMutator):
         new = super().visit_call(call)
         if getattr(call.op, "name", "") != "nn.contrib_conv2d_NCHWc":
             return new
-        kernel = _eligible(call, self.lanes)
-        if kernel is None:
+        transformed = _eligible(call, self.lanes)
+        if transformed is None:
             return new
         self.rewritten += 1
-        return winograd_call(new.args[0], transform_weights(kernel, self.lanes), call.attrs)
+        return winograd_call(new.args[0], _packed(transformed, self.lanes), call.attrs)
 
 
 def rewrite(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
