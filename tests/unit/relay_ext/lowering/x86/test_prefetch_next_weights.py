@@ -2,7 +2,7 @@
 innermost reduction loop prefetches, into L2, the weight lines of the block two blocks further
 along its parallel loop; kernels whose weights do not follow the parallel loop, kernels that use
 each weight vector once (a dense layer's stream) and kernels without vpdpbusd are left as they
-are. Building VNNI code runs in a child process (as in test_vnni_conv_schedule.py); running it
+are, except the int16 Winograd conv's GEMMs (vpmaddwd), which prefetch as well. Building VNNI code runs in a child process (as in test_vnni_conv_schedule.py); running it
 needs a host whose OS enables AVX-512 VNNI."""
 
 from typing import List
