@@ -16,11 +16,7 @@ hides it).
 
 The target is normalised once, where it enters the library: public functions take a
 :data:`~meta_rules.rule_sets.TargetLike` (a Target, a target string, or ``"host"``) and call
-:func:`normalize_target`, which refuses an ``-mcpu`` LLVM does not know (LLVM itself only logs an
-error and builds for a generic CPU), turns ``"host"`` (:data:`HOST`) into
-:func:`host_llvm_target`, gives an llvm target its ``-num-cores`` and keeps of a target's AMX only
-what quantfuse uses (``amx-tile``, ``amx-int8``), and only where this process can run it
-(:func:`supported_amx`); the functions they call take that Target as it is.
+:func:`normalize_target`; the functions they call take that Target as it is.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ from tvm.target import Target, codegen
 from meta_rules.cpu.amx_tiles import AMX_FEATURES
 from meta_rules.rule_sets import TargetLike, as_target, schedule_rules
 
-from relay_ext.lowering.x86 import amx_permission
+from relay_ext.lowering.x86 import amx_permission, x86_codegen
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +183,11 @@ def normalize_target(target: TargetLike) -> Target:
     itself only logs an error and builds for a generic CPU); an llvm target without ``-num-cores``
     gets this machine's physical cores (MetaSchedule's CPU rules need the core count). ``"host"``
     is :func:`host_llvm_target`; a target whose code could use AMX keeps only the AMX quantfuse
-    uses, and only where this process can run it (:func:`supported_amx`)."""
+    uses (``amx-tile``, ``amx-int8``), and only where this process can run it
+    (:func:`supported_amx`); one whose convs become int16 pairs gets the LLVM options their code
+    is built with (:func:`relay_ext.lowering.x86.x86_codegen.with_llvm_options`)."""
     if is_host(target):
-        return host_llvm_target()
+        return x86_codegen.with_llvm_options(host_llvm_target())
     target = as_target(target)
     if target.kind.name != "llvm":
         return target
@@ -199,7 +197,7 @@ def normalize_target(target: TargetLike) -> Target:
         config = dict(target.export())
         config["num-cores"] = _physical_cores()
         target = Target(config, host=target.host)
-    return target
+    return x86_codegen.with_llvm_options(target)
 
 
 def tunable_target(target: TargetLike, variant: str = "ours") -> Target:

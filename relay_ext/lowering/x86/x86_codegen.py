@@ -16,12 +16,22 @@
   that they get TOPI's VNNI dense (QNN's x86 legalization, around the one above).
 
 Each of those modules only installs itself; this is the one place that installs them all.
+:func:`with_llvm_options` gives a target the LLVM options its code is built with
+(:func:`relay_ext.lowering.targets.normalize_target` calls it).
 """
 
 from __future__ import annotations
 
+from tvm.target import Target
+
 from relay_ext.lowering.x86 import (amx_layout, blocked_layout, dense_units_padding,
                                    int16_pair_conv, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics)
+
+# LLVM's x86 machine combiner re-associates chains of vector adds to shorten them: in the int16
+# convs' register tiles (acc + m1) + m2 becomes acc + (m1 + m2), and with 8 to 12 accumulators
+# those partial sums no longer fit the 16 ymm registers and spill to the stack (docs/cpu.md). The
+# VNNI and AMX dot products add inside the instruction: nothing there to re-associate.
+INT16_LLVM_OPTIONS = ("-x86-machine-combiner=0",)
 
 
 def install() -> bool:
@@ -34,3 +44,23 @@ def install() -> bool:
     int16_pair_conv.install()  # and the int16 convs it hands the ones that could saturate
     dense_units_padding.install()  # after it: it wraps the dense legalization just installed
     return vnni_intrinsics.install()
+
+
+def with_llvm_options(target: Target) -> Target:
+    """``target`` with :data:`INT16_LLVM_OPTIONS` in its ``-cl-opt`` where its uint8 x int8 convs
+    become int16 pairs (an x86 target with AVX2 or AVX-512BW and no VNNI); any other target, or
+    one whose ``-cl-opt`` already sets the option, as it is."""
+    if not (saturation_free_int8.multiplies_with_pmaddubsw(target)
+            and int16_pair_conv.serves(target)):
+        return target
+    def name(option: str) -> str:  # "-name[:type]=value"
+        return option.split("=", 1)[0].split(":", 1)[0]
+
+    given = [str(option) for option in target.attrs.get("cl-opt", [])]
+    missing = [option for option in INT16_LLVM_OPTIONS
+               if name(option) not in {name(g) for g in given}]
+    if not missing:
+        return target
+    config = dict(target.export())
+    config["cl-opt"] = given + missing
+    return Target(config, host=target.host)

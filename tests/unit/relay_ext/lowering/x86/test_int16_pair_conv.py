@@ -4,17 +4,20 @@ Each build is compared with the exact sum in numpy (QNN pads with the input zero
 code is read: ``vpmaddwd`` from the int16 conv, no ``vpmaddubsw`` (which could saturate).
 """
 
+import re
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relay
 
 from relay_ext.build import compile
+from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule, x86_codegen
 from relay_ext.measure.run import run_module
 from relay_ext.report.layout_transforms import layout_transforms_of_module
 from conftest import AVX2
-from helpers import AVX512_NO_VNNI, exact_qnn_conv, needs_host_for
+from helpers import AVX512_NO_VNNI, VNNI, exact_qnn_conv, needs_host_for
 
 
 
@@ -209,3 +212,30 @@ def test_a_target_without_fast_int8_keeps_tvms_own_int16_conv():
     built = compile(mod, {}, "llvm -num-cores 2", schedule="default")
     (out,) = run_module(built, {"data": data})
     assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("target, options", [
+    (AVX2, list(x86_codegen.INT16_LLVM_OPTIONS)),
+    (AVX512_NO_VNNI, list(x86_codegen.INT16_LLVM_OPTIONS)),
+    (VNNI, []),                                                    # vpdpbusd: nothing to combine
+    ("llvm -mcpu=nehalem -num-cores 2", []),                       # no int16 convs
+    (AVX2 + " -cl-opt=-x86-machine-combiner:bool=1", ["-x86-machine-combiner:bool=1"]),  # the user's
+    (AVX2 + " -cl-opt=-unroll-threshold:int=50",
+     ["-unroll-threshold:int=50", *x86_codegen.INT16_LLVM_OPTIONS]),
+])
+def test_targets_whose_convs_become_int16_pairs_get_their_llvm_options(target, options):
+    assert [str(o) for o in normalize_target(target).attrs.get("cl-opt", [])] == options
+
+
+def test_a_register_tile_keeps_its_accumulators_in_registers():
+    """A 1x1 conv at 28 columns: a tile of 4 columns x 2 vectors, 8 accumulators. Without the
+    machine combiner (the normalized AVX2 target) no vector goes to the stack; with it (the
+    option set back by the user) its re-associated partial sums spill."""
+    mod, _, _ = _conv_case(cin=64, cout=64, k=1, size=28)
+
+    def stack_stores(target: str) -> int:
+        asm = compile(mod, {}, target, schedule="default").lib.get_lib().get_source("asm")
+        return len(re.findall(r"vmovdq[ua]\s+%ymm\d+, -?\d*\(%rsp\)", asm))
+
+    assert stack_stores(AVX2) == 0
+    assert stack_stores(AVX2 + " -cl-opt=-x86-machine-combiner:bool=1") > 0
