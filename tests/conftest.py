@@ -169,8 +169,8 @@ def a100_fusion(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_tuned_once(tmp_path_factory):
-    """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its 7 tasks, seed
-    0, a small search). Returns (work_dir, what the command printed); tests take a copy
+    """tiny_resnet 32x32 tuned once through ``quantfuse tune`` (16 trials over its tasks, seed
+    0, a small search; its int16 convs tuned too: ``helpers.every_task_designed``). Returns (work_dir, what the command printed); tests take a copy
     (:func:`tiny_tuned`), never this directory."""
     if cannot_run_here(AVX2):
         pytest.skip(cannot_run_here(AVX2))
@@ -193,11 +193,11 @@ def tiny_tuned(tiny_tuned_once, tmp_path):
 def _tune_tiny32(root: Path):
     from relay_ext import cli
     from relay_ext.cli import commands as cli_commands
-    from helpers import small_search
+    from helpers import every_task_designed, small_search
 
     work_dir = root / "tiny_tuned"
     shutil.rmtree(work_dir, ignore_errors=True)  # a half-made one from a failed attempt
-    with pytest.MonkeyPatch.context() as patch, _captured_stdout() as out:
+    with pytest.MonkeyPatch.context() as patch, _captured_stdout() as out, every_task_designed():
         patch.setattr(cli_commands, "search_strategy", small_search)
         code = cli.main(["tune", *TINY_32, "--target", AVX2, "--work-dir", str(work_dir),
                          "--trials", str(TUNED_TRIALS), "--seed", "0"])

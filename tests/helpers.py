@@ -1,5 +1,6 @@
 """Helpers shared by the tests that tune, drive the CLI or check a rule's design."""
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -201,3 +202,18 @@ def slow_conv_database(model, target):
     database.commit_tuning_record(ms.database.TuningRecord(
         slow.trace, workload, [1e-9], target, ms.arg_info.ArgInfo.from_prim_func(func)))
     return tasks, task, database
+
+
+@contextlib.contextmanager
+def every_task_designed():
+    """MetaSchedule designs and tunes every task, the int16 convs of x86 targets without VNNI too,
+    which otherwise keep TOPI's schedule (relay_ext/schedules/topi_only.py, tested in
+    test_topi_only.py): the tests of the tuning machinery run on tiny_resnet's AVX2 convs, AVX2
+    being the target every host runs."""
+    from relay_ext.schedules import rule_designs
+    from relay_ext.tuning import contexts
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (rule_designs, contexts):
+            patch.setattr(module, "topi_only", lambda workload: None)
+        yield

@@ -88,9 +88,14 @@ def cmd_fusion(args) -> int:
 
 
 def measured_line(summary: dict) -> str:
-    """'9 of 10 tasks have a valid measurement; 1 left to TVM's default schedule: name'."""
-    left = summary["left_to_default_schedule"]
+    """'9 of 12 tasks have a valid measurement; 2 keep TOPI's schedule, not tuned (...); 1 left
+    to TVM's default schedule: name'."""
+    kept = summary.get("topi_schedule", [])
+    left = [name for name in summary["left_to_default_schedule"] if name not in kept]
     line = f"{summary['tasks_measured']} of {len(summary['tasks'])} tasks have a valid measurement"
+    if kept:
+        line += (f"; {len(kept)} keep TOPI's schedule, not tuned (int16 code MetaSchedule has no "
+                 "intrinsic for)")
     if left:
         line += f"; {len(left)} left to TVM's default schedule: {', '.join(left)}"
     return line

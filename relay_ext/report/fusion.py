@@ -3,7 +3,9 @@
 For each tuning task of a Relay module: its anchor op, and under each variant the number of
 global-memory intermediates its design spaces leave (:func:`meta_rules.measure.fusion.global_intermediates`,
 the worst space) and the bytes of global traffic they cost: each such buffer is written once and
-read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end.
+read back once, so ``elements x dtype bytes x 2``. Totals per variant at the end. A task that keeps
+its TOPI schedule (the int16 convs of x86 targets without VNNI) has no design space to measure:
+its result says :data:`~relay_ext.schedules.topi_only.TOPI_SCHEDULE`.
 
     report = fusion_report(m.mod, m.params, "nvidia/nvidia-a100", variants=("legacy", "ours"))
     report.totals["ours"]["intermediates"], report.tasks[0].variants["legacy"].bytes
@@ -39,6 +41,7 @@ from relay_ext.lowering.prefold import prefold_or_keep
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.report.layout_transforms import LayoutTransformCount, layout_transforms_of_module
+from relay_ext.schedules.topi_only import TOPI_SCHEDULE, topi_only
 
 
 logger = logging.getLogger(__name__)
@@ -79,13 +82,16 @@ class FusionReport:
     @property
     def totals(self) -> Dict[str, Dict[str, int]]:
         """Per variant: intermediates and bytes summed over the tasks whose design spaces were
-        generated, the tasks with any intermediate, and the tasks that failed (counted apart)."""
+        generated, the tasks with any intermediate, and the tasks that failed and those that keep
+        TOPI's schedule (no design space: :mod:`relay_ext.schedules.topi_only`), counted apart."""
         return {
             v: {
                 "intermediates": sum(t.variants[v].intermediates for t in self.tasks),
                 "bytes": sum(t.variants[v].bytes for t in self.tasks),
                 "tasks_with_intermediates": sum(t.variants[v].intermediates > 0 for t in self.tasks),
                 "tasks_failed": sum(t.variants[v].failed is not None for t in self.tasks),
+                "tasks_topi_schedule": sum(t.variants[v].generation == TOPI_SCHEDULE
+                                           for t in self.tasks),
             }
             for v in self.variants
         }
@@ -145,6 +151,9 @@ def fusion_report(
         results = {}
         for variant in variants:
             task_mod = per_variant[variant][index].dispatched[0]
+            if topi_only(task_mod) is not None:  # MetaSchedule designs nothing there
+                results[variant] = VariantResult(0, 0, [], 0, TOPI_SCHEDULE)
+                continue
             spaces, outcome = _design_spaces(task_mod, target, variant, rand_state, task.task_name)
             if spaces is None:
                 results[variant] = VariantResult(0, 0, [], 0, outcome.describe(),

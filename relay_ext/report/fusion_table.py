@@ -13,6 +13,7 @@ from typing import List, Optional, Tuple
 
 from relay_ext.report.fusion import DESIGN_SPACE, FusionReport, VariantResult
 from relay_ext.report.tables import markdown_table
+from relay_ext.schedules.topi_only import TOPI_SCHEDULE
 
 
 def fusion_header(report: FusionReport) -> List[str]:
@@ -55,13 +56,15 @@ def _failure(result: VariantResult):
 
 
 def fusion_rows(report: FusionReport) -> List[List[str]]:
-    """Per task: name, anchor op and per variant ``intermediates (bytes)``; then the TOTAL row
-    (failed tasks counted apart)."""
+    """Per task: name, anchor op and per variant ``intermediates (bytes)`` (or why there is none);
+    then the TOTAL row (failed tasks and those that keep TOPI's schedule counted apart)."""
     reasons = failure_reasons(report)
 
     def cell(result: VariantResult) -> str:
         if result.failed is not None:
             return f"failed [{reasons.index(_failure(result)) + 1}]"
+        if result.generation == TOPI_SCHEDULE:
+            return TOPI_SCHEDULE
         return f"{result.intermediates} ({human_bytes(result.bytes)})"
 
     rows = [[task.name if len(task.name) <= 60 else task.name[:57] + "...", task.anchor]
@@ -71,6 +74,8 @@ def fusion_rows(report: FusionReport) -> List[List[str]]:
                 + [f"{totals[v]['intermediates']} ({human_bytes(totals[v]['bytes'])}) in "
                    f"{totals[v]['tasks_with_intermediates']} tasks"
                    + (f"; {totals[v]['tasks_failed']} failed" if totals[v]["tasks_failed"] else "")
+                   + (f"; {totals[v]['tasks_topi_schedule']} keep {TOPI_SCHEDULE}"
+                      if totals[v]["tasks_topi_schedule"] else "")
                    for v in report.variants])
     return rows
 

@@ -60,7 +60,8 @@ The trace with those decisions is replayed on the task's workload and ``variant`
 applied (as MetaSchedule does to a search candidate), and the result is compiled once (a record
 nobody measures must build); a design that fails any of these is passed over,
 and a task none of whose designs survives, or that holds no tiled block, tensorized block or
-input copy, has no record: Relay builds it with TVM's default schedule.
+input copy, has no record: Relay builds it with TVM's default schedule. So does a task whose only
+fast schedule is TOPI's (:mod:`relay_ext.schedules.topi_only`), with no design generated.
 
 Records carry :data:`UNMEASURED_RUN_SECS` (valid, slower than any real measurement) until
 something times them; ``relay_ext.compile`` then makes the per-task choice
@@ -88,6 +89,7 @@ from meta_rules.generic.resilient_space_generator import DesignSpaceGenerationEr
 from meta_rules.generic.tensor_intrinsics import register_tensor_intrinsics
 from relay_ext.lowering.config import BUILD_OPTIONS
 from relay_ext.schedules.register_tiles import register_caps, tile_decisions
+from relay_ext.schedules.topi_only import TOPI_SCHEDULE, topi_only
 
 
 
@@ -264,6 +266,9 @@ def context_design(context: ms.TuneContext) -> TaskDesign:
     """:func:`task_design` for a TuneContext whose space generator carries the rules (as
     ``tune``'s contexts do: their design spaces, generated once, are reused)."""
     workload, target = context.mod, context.target
+    kept = topi_only(workload)
+    if kept is not None:
+        return TaskDesign(str(context.task_name), workload, None, f"{TOPI_SCHEDULE}: {kept}")
     space = context.space_generator
     try:
         spaces = list(context.generate_design_space())

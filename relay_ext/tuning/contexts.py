@@ -5,7 +5,8 @@
 
 Each context carries the variant's rules (:func:`meta_rules.rule_set`), a search that skips
 recorded candidates (:mod:`relay_ext.tuning.skip_measured_search`) and a log file of its own in
-the work dir; a task whose design spaces TVM cannot generate gets a report instead of a context.
+the work dir; a task whose design spaces TVM cannot generate, or that keeps its TOPI schedule
+(:mod:`relay_ext.schedules.topi_only`), gets a report instead of a context.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from meta_rules.generic.resilient_space_generator import (
     ResilientPostOrderApply,
 )
 
+from relay_ext.schedules.topi_only import TOPI_SCHEDULE, topi_only
 from relay_ext.tuning.budget import TrialBudget
 from relay_ext.tuning.options import StrategyLike
 from relay_ext.tuning.skip_measured_search import SkipMeasuredSearch
@@ -79,10 +81,17 @@ def tune_contexts(
     holds are not measured again; ``budget`` and ``record_index``, when given, are shared by all
     contexts). Design spaces are generated here once, so a task that TVM cannot generate spaces
     for (after retries with other random states and without the failing rule) is left out: it is
-    compiled with TVM's default schedule, and its report says so.
+    compiled with TVM's default schedule, and its report says so. So is a task whose only fast
+    schedule is TOPI's (:func:`relay_ext.schedules.topi_only.topi_only`; its report's generation
+    is :data:`~relay_ext.schedules.topi_only.TOPI_SCHEDULE`): no trial is spent on it.
     """
     contexts, weights, reports = [], [], []
     for index, (task, rand_state) in enumerate(zip(tasks, fork_seed(seed, n=len(tasks)))):
+        why = topi_only(task.dispatched[0])
+        if why is not None:
+            reports.append(TaskReport(task.task_name, float(task.weight), TOPI_SCHEDULE, False, [why]))
+            logger.info("task %s keeps TOPI's schedule: %s", task.task_name, why)
+            continue
         task_logger = task_log(work_dir, index, task.task_name)
         space = ResilientPostOrderApply(*meta_rules.rule_set(target, variant))  # fresh per task
         inner = search_strategy(strategy)

@@ -31,6 +31,7 @@ from relay_ext.lowering.targets import check_runs_here, tunable_target
 from relay_ext.lowering.tasks import lowered_tasks
 from relay_ext.lowering.toolchain import require_c_compiler
 from relay_ext.measure.rpc_tracker import MeasuringStopped
+from relay_ext.schedules.topi_only import TOPI_SCHEDULE
 from relay_ext.tuning.budget import NO_TRIAL_LIMIT, TrialBudget
 from relay_ext.tuning.contexts import TaskReport, tune_contexts
 from relay_ext.tuning.guards import InterruptGuard, TuningInterrupted, numpy_seeded, runner_threads
@@ -76,7 +77,10 @@ def tune(
 
     Tasks whose design spaces TVM cannot generate are retried with other random states, then
     without the failing rule, and otherwise left to TVM's default schedule; the summary written to
-    ``work_dir/tuning_summary.json`` (:func:`read_tuning_summary`) lists them.
+    ``work_dir/tuning_summary.json`` (:func:`read_tuning_summary`) lists them
+    (``"design_space_failed"``). Tasks whose only fast schedule is TOPI's (the int16 convs of x86
+    targets without VNNI, :mod:`relay_ext.schedules.topi_only`) are not tuned and keep it
+    (``"topi_schedule"``); both kinds are in ``"left_to_default_schedule"``.
 
     ``seed`` makes a tune close to repeatable, not exactly: search threads take work dynamically
     (``num_tuning_cores=1`` avoids that), and once the cost model is trained or the task scheduler
@@ -304,7 +308,9 @@ def _add_measured(summary: Dict, reports: Sequence[TaskReport],
         task["measured"] = best.get(task["name"], (0, None))[1] is not None
     summary["tasks_measured"] = sum(task["measured"] for task in summary["tasks"])
     summary["left_to_default_schedule"] = [t["name"] for t in summary["tasks"] if not t["measured"]]
-    summary["design_space_failed"] = [r.name for r in reports if not r.tuned]
+    summary["design_space_failed"] = [r.name for r in reports
+                                      if not r.tuned and r.generation != TOPI_SCHEDULE]
+    summary["topi_schedule"] = [r.name for r in reports if r.generation == TOPI_SCHEDULE]
 
 
 def _flops(mod: tvm.IRModule) -> float:

@@ -52,6 +52,7 @@ PAIR = 2  # int16 products vpmaddwd sums into one 32-bit lane
 PMADDWD = {8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
 IN_CHANNEL_MULTIPLE = 4  # input channels padded as TVM pads int8 convs' (the blocks stay alike)
 OUT_CHANNEL_BLOCK = 16  # output channel block of TVM's int8 convs on x86
+CONV_STAGE = "conv2d_NCHWc_int8"  # TOPI's name (and tag) of the NCHWc int8 conv it computes
 # Accumulator vectors a register tile keeps live: the vector registers (16 ymm with AVX2, 32 zmm
 # with AVX-512) less the broadcast input and the weight vectors the tile reads (ResNet-18 on AVX2:
 # 14 ran 1.06x the time of 12, 8 alike; docs/BENCHMARKS.md).
@@ -221,7 +222,7 @@ def schedule_conv2d_nchwc_int16(outs) -> te.Schedule:
     lanes = vector_lanes(Target.current(allow_none=True))
 
     def callback(op):
-        if "conv2d_NCHWc_int8" not in op.tag:
+        if CONV_STAGE not in op.tag:
             return
         conv = op.output(0)
         data_vec, kernel_vec = conv.op.input_tensors

@@ -18,10 +18,9 @@ MAX_STEPS = 3
 
 
 def test_a_tune_spreads_its_budget_over_the_tasks(tiny_tuned):
-    """16 trials over tiny_resnet's tasks (10 with TVM's AVX2 legalization, 7 with quantfuse's
-    saturation-free one: relay_ext/lowering/x86/saturation_free_int8.py): every task gets a
-    candidate before any gets a second one, so (almost) every task is measured; the closing line
-    and the summary say so."""
+    """16 trials over tiny_resnet's tasks (its int16 convs tuned too, helpers.every_task_designed):
+    every task gets a candidate before any gets a second one, so (almost) every task is measured;
+    the closing line and the summary say so."""
     work_dir, out = tiny_tuned
     summary = json.loads((work_dir / SUMMARY_FILE).read_text())
     tasks = len(summary["tasks"])

@@ -23,7 +23,7 @@ from relay_ext.tuning import (
     tune,
 )
 from conftest import A100, AVX2, TUNED_TRIALS
-from helpers import small_search
+from helpers import every_task_designed, small_search
 
 LLVM = "llvm -num-cores 2"
 # Largest distance from PyTorch's output, in output quantization steps (see docs/models.md).
@@ -49,10 +49,16 @@ def captured_stderr_fd():
 @pytest.fixture(scope="module")
 def tuned(tiny32, tiny_tuned_once, tmp_path_factory):
     """Each variant tuned with the same tiny budget as the shared work dir (tests/conftest.py:
-    tiny_resnet 32x32, 16 trials over its 7 tasks, AVX2): "ours" is that work dir, the others
-    are tuned here the way ``quantfuse tune`` tunes; each is compiled and run."""
+    tiny_resnet 32x32, 16 trials over its tasks, AVX2, its int16 convs too): "ours" is that work
+    dir, the others are tuned here the way ``quantfuse tune`` tunes; each is compiled and run."""
     results = {}
     for variant in meta_rules.VARIANTS:
+        results[variant] = _tuned_variant(variant, tiny32, tiny_tuned_once, tmp_path_factory)
+    return results
+
+
+def _tuned_variant(variant, tiny32, tiny_tuned_once, tmp_path_factory):
+    with every_task_designed():
         if variant == "ours":
             work_dir = tiny_tuned_once[0]  # only read here
             database = ms.database.JSONDatabase(work_dir=str(work_dir))
@@ -64,9 +70,8 @@ def tuned(tiny32, tiny_tuned_once, tmp_path_factory):
         with captured_stderr_fd() as log:
             lib = compile(tiny32, target=AVX2, records=database, variant=variant,
                           choose_per_task=False).lib
-        output = run_module(lib, {tiny32.input_name: tiny32.example_input})[0]
-        results[variant] = dict(work_dir=work_dir, database=database, log=log, output=output)
-    return results
+    output = run_module(lib, {tiny32.input_name: tiny32.example_input})[0]
+    return dict(work_dir=work_dir, database=database, log=log, output=output)
 
 
 @pytest.mark.parametrize("variant", meta_rules.VARIANTS)
