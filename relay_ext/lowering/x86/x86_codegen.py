@@ -53,6 +53,7 @@ def with_llvm_options(target: Target) -> Target:
     if not (saturation_free_int8.multiplies_with_pmaddubsw(target)
             and int16_pair_conv.serves(target)):
         return target
+
     def name(option: str) -> str:  # "-name[:type]=value"
         return option.split("=", 1)[0].split(":", 1)[0]
 
