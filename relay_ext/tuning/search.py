@@ -117,10 +117,12 @@ def tune(
             write_error = run.writes.finish()
             summary = _write_summary(run, write_error)
     _raise_if_stopped(run, write_error)
-    untuned = summary["left_to_default_schedule"]
-    logger.info("%d of %d tasks have a valid measurement (%d records, %d new)%s",
+    kept = summary["topi_schedule"]
+    untuned = [name for name in summary["left_to_default_schedule"] if name not in kept]
+    logger.info("%d of %d tasks have a valid measurement (%d records, %d new)%s%s",
                 summary["tasks_measured"], len(run.reports), len(run.database),
                 len(run.database) - run.records_before,
+                f"; {len(kept)} keep TOPI's schedule, not tuned" if kept else "",
                 f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
     return run.database
 

@@ -1,6 +1,8 @@
 """relay_ext/schedules/topi_only.py: the int16 convs of x86 targets without VNNI keep TOPI's
 schedule; tuning, the no-search designs and the fusion report leave them to it."""
 
+import logging
+
 import numpy as np
 import pytest
 import tvm
@@ -70,8 +72,10 @@ def test_the_fusion_report_says_they_keep_topi():
 
 @needs_c_compiler
 @needs_host_for(AVX2)
-def test_a_tune_spends_no_trial_on_them(tmp_path):
-    tune(_two_convs(), {}, AVX2, tmp_path, max_trials=4, num_trials_per_iter=2, seed=0)
+def test_a_tune_spends_no_trial_on_them(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="relay_ext.tuning.search"):
+        tune(_two_convs(), {}, AVX2, tmp_path, max_trials=4, num_trials_per_iter=2, seed=0)
+    assert "2 keep TOPI's schedule, not tuned" in caplog.text
     summary = read_tuning_summary(tmp_path)
     kept = summary["topi_schedule"]
     assert len(kept) == 2 and set(kept) <= set(summary["left_to_default_schedule"])
