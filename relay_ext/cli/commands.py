@@ -87,20 +87,6 @@ def cmd_fusion(args) -> int:
     return 0
 
 
-def measured_line(summary: dict) -> str:
-    """'9 of 12 tasks have a valid measurement; 2 keep TOPI's schedule, not tuned (...); 1 left
-    to TVM's default schedule: name'."""
-    kept = summary.get("topi_schedule", [])
-    left = [name for name in summary["left_to_default_schedule"] if name not in kept]
-    line = f"{summary['tasks_measured']} of {len(summary['tasks'])} tasks have a valid measurement"
-    if kept:
-        line += (f"; {len(kept)} keep TOPI's schedule, not tuned (int16 code MetaSchedule has no "
-                 "intrinsic for)")
-    if left:
-        line += f"; {len(left)} left to TVM's default schedule: {', '.join(left)}"
-    return line
-
-
 def cmd_tune(args) -> int:
     started = time.monotonic()  # --minutes counts from here: loading the model is part of it
     if args.trials is None and args.minutes is None:
@@ -136,7 +122,7 @@ def candidate_timing(args, target, work_dir: Path) -> str:
 
 
 def _tune_into(args, run, runner, work_dir: Path, started: float) -> int:
-    from relay_ext.tuning import read_tuning_summary, tune
+    from relay_ext.tuning import measured_line, read_tuning_summary, tune
     from relay_ext.workdir.files import repair_database
 
     before = work_dir_checked(repair_database, work_dir)

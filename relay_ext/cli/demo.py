@@ -7,7 +7,7 @@ import os
 import time
 
 from relay_ext.cli import EXIT_FAILED
-from relay_ext.cli.commands import measured_line, print_bench, print_fusion_table
+from relay_ext.cli.commands import print_bench, print_fusion_table
 from relay_ext.cli.inputs import resolve_target, writable_dir
 
 MODEL = "tiny_resnet"
@@ -29,7 +29,7 @@ def cmd_demo(args) -> int:
     from relay_ext.frontend.loader import load_model
     from relay_ext.lowering.targets import host_llvm_target
     from relay_ext.report.fusion import fusion_report
-    from relay_ext.tuning import extract_tasks, read_tuning_summary, tune
+    from relay_ext.tuning import extract_tasks, measured_line, read_tuning_summary, tune
     from relay_ext.workdir.files import RunDescription
 
     start = time.monotonic()

@@ -17,7 +17,8 @@ from relay_ext.lowering.tasks import extract_tasks
 from relay_ext.tuning.contexts import TaskReport, tune_contexts
 from relay_ext.tuning.guards import TuningInterrupted, numpy_seeded
 from relay_ext.tuning.options import TuneOptions
-from relay_ext.tuning.search import read_tuning_summary, recorded_counts_and_best, tune
+from relay_ext.tuning.search import (measured_line, read_tuning_summary,
+                                     recorded_counts_and_best, tune)
 from relay_ext.workdir.files import SUMMARY_FILE
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "TuneOptions",
     "TuningInterrupted",
     "extract_tasks",
+    "measured_line",
     "numpy_seeded",
     "read_tuning_summary",
     "recorded_counts_and_best",

@@ -117,14 +117,23 @@ def tune(
             write_error = run.writes.finish()
             summary = _write_summary(run, write_error)
     _raise_if_stopped(run, write_error)
-    kept = summary["topi_schedule"]
-    untuned = [name for name in summary["left_to_default_schedule"] if name not in kept]
-    logger.info("%d of %d tasks have a valid measurement (%d records, %d new)%s%s",
-                summary["tasks_measured"], len(run.reports), len(run.database),
-                len(run.database) - run.records_before,
-                f"; {len(kept)} keep TOPI's schedule, not tuned" if kept else "",
-                f"; left to TVM's default schedule: {', '.join(untuned)}" if untuned else "")
+    logger.info("%d records, %d new; %s", len(run.database),
+                len(run.database) - run.records_before, measured_line(summary))
     return run.database
+
+
+def measured_line(summary: Dict) -> str:
+    """'9 of 12 tasks have a valid measurement; 2 keep TOPI's schedule, not tuned (...); 1 left
+    to TVM's default schedule: name', from a :func:`read_tuning_summary`."""
+    kept = summary.get("topi_schedule", [])
+    left = [name for name in summary["left_to_default_schedule"] if name not in kept]
+    line = f"{summary['tasks_measured']} of {len(summary['tasks'])} tasks have a valid measurement"
+    if kept:
+        line += (f"; {len(kept)} keep TOPI's schedule, not tuned (int16 code MetaSchedule has no "
+                 "intrinsic for)")
+    if left:
+        line += f"; {len(left)} left to TVM's default schedule: {', '.join(left)}"
+    return line
 
 
 @dataclasses.dataclass

@@ -58,8 +58,8 @@ def with_llvm_options(target: Target) -> Target:
         return option.split("=", 1)[0].split(":", 1)[0]
 
     given = [str(option) for option in target.attrs.get("cl-opt", [])]
-    missing = [option for option in INT16_LLVM_OPTIONS
-               if name(option) not in {name(g) for g in given}]
+    named = {name(option) for option in given}
+    missing = [option for option in INT16_LLVM_OPTIONS if name(option) not in named]
     if not missing:
         return target
     config = dict(target.export())
