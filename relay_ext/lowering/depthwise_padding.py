@@ -47,7 +47,7 @@ def _zero_scalar(expr: relay.Expr) -> bool:
     return value.size == 1 and float(value.reshape(())) == 0.0
 
 
-def _spatial_padding(pad: relay.Call, layout: str) -> Optional[list[int]]:
+def spatial_padding(pad: relay.Call, layout: str) -> Optional[list[int]]:
     """The pad's (top, left, bottom, right) in ``layout`` (NCHW or NHWC), or None where it pads
     another axis or is not a constant pad."""
     if pad.attrs.pad_mode != "constant" or len(pad.attrs.pad_width) != len(layout):
@@ -77,7 +77,7 @@ class _FoldZeroPad(dfp.DFPatternCallback):
             return post
         if not _zero_scalar(pad.args[1]) or attrs.data_layout not in ("NCHW", "NHWC"):
             return post
-        padding = _spatial_padding(pad, attrs.data_layout)
+        padding = spatial_padding(pad, attrs.data_layout)
         if padding is None:
             return post
         return relay.nn.conv2d(

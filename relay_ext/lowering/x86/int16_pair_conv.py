@@ -42,6 +42,7 @@ import tvm
 from tvm import relay, te
 from tvm.target import Target
 
+from relay_ext.lowering import depthwise_padding
 from relay_ext.lowering.x86 import vnni_conv_schedule
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ CONV_STAGE = "conv2d_NCHWc_int8"  # TOPI's name (and tag) of the NCHWc int8 conv
 # 14 ran 1.06x the time of 12, 8 alike; docs/BENCHMARKS.md).
 ACCUMULATORS = {8: 12, 16: 24}
 
+_TO_THE_END = 2**31 - 1  # a slice's end past every extent (clamped to it)
+
 _originals: Dict[str, Callable[..., Any]] = {}
 
 
@@ -65,10 +68,44 @@ def int16_conv(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Exp
                kernel_zero_point: relay.Expr, attrs) -> relay.Expr:
     """The int32 result of ``qnn.conv2d(data, kernel, zero points, attrs)`` (groups 1, ``NCHW`` /
     ``OIHW``) as an ``nn.conv2d`` of int16 operands with their zero points subtracted: padding
-    with zeros then is padding with the zero point."""
-    return _conv16(data, kernel, input_zero_point, kernel_zero_point, strides=attrs.strides,
-                   padding=attrs.padding, dilation=attrs.dilation, channels=attrs.channels,
-                   kernel_size=attrs.kernel_size)
+    with zeros then is padding with the zero point. A pad of ``data`` with the input zero point in
+    front of the conv (TVM's PyTorch importer makes one per padded conv) is folded into the conv's
+    padding: the conv pads inside its own kernel (:mod:`.int16_winograd` inside its input
+    transform), and the widening joins the epilogue of the op before (ResNet-18 and ResNet-50 on
+    AVX2: 16 pad kernels fewer each).
+
+    A strided 1x1 conv without padding (ResNet's downsample) reads every ``stride``-th pixel
+    only: those are sliced out of the widened input and the conv runs with stride 1, its reads
+    contiguous (ResNet-50's three such convs ran 0.53-0.94x their time on AVX2, docs/cpu.md)."""
+    data, padding = _zero_point_pad_folded(data, input_zero_point, attrs.padding)
+    strides = tuple(int(stride) for stride in attrs.strides)
+    kernel_hw = tuple(int(extent) for extent in attrs.kernel_size) if attrs.kernel_size else None
+    subsample = kernel_hw == (1, 1) and max(strides) > 1 and not any(padding)
+    return _conv16(data, kernel, input_zero_point, kernel_zero_point,
+                   subsample=strides if subsample else None,
+                   strides=(1, 1) if subsample else attrs.strides, padding=padding,
+                   dilation=attrs.dilation, channels=attrs.channels, kernel_size=attrs.kernel_size)
+
+
+def _scalar(expr: relay.Expr) -> Optional[float]:
+    if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
+        return float(expr.data.numpy().reshape(()))
+    return None
+
+
+def _zero_point_pad_folded(data: relay.Expr, input_zero_point: relay.Expr,
+                           padding) -> tuple[relay.Expr, list[int]]:
+    """``data`` and the conv's (top, left, bottom, right) padding, with a spatial ``nn.pad`` of
+    ``data`` (``NCHW``) by the input zero point folded into the padding."""
+    sides = [int(side) for side in padding]
+    sides = sides * 4 if len(sides) == 1 else sides * 2 if len(sides) == 2 else sides
+    if not (isinstance(data, relay.Call) and getattr(data.op, "name", "") == "nn.pad"):
+        return data, sides
+    value, zero_point = _scalar(data.args[1]), _scalar(input_zero_point)
+    widths = depthwise_padding.spatial_padding(data, "NCHW")
+    if value is None or value != zero_point or widths is None:
+        return data, sides
+    return data.args[0], [side + width for side, width in zip(sides, widths)]
 
 
 def int16_dense(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
@@ -105,8 +142,12 @@ def _shape(expr: relay.Expr) -> Optional[list]:
 
 
 def _conv16(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
-            kernel_zero_point: relay.Expr, **conv_attrs) -> relay.Expr:
+            kernel_zero_point: relay.Expr, subsample: Optional[tuple] = None,
+            **conv_attrs) -> relay.Expr:
     data16 = relay.subtract(relay.cast(data, INT16), relay.cast(input_zero_point, INT16))
+    if subsample is not None:  # after the widening, which the producer's epilogue computes
+        data16 = relay.strided_slice(data16, begin=[0, 0], end=[_TO_THE_END] * 2,
+                                     strides=list(subsample), axes=[2, 3])
     # A scalar or per-output-channel zero point, broadcast along O of OIHW either way.
     kernel_zero = relay.reshape(relay.cast(kernel_zero_point, INT16), (-1, 1, 1, 1))
     kernel16 = relay.subtract(relay.cast(kernel, INT16), kernel_zero)

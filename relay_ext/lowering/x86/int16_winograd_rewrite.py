@@ -81,7 +81,9 @@ def serves(target: Optional[Target]) -> bool:
 
 def _uint8_range(expr: relay.Expr) -> bool:
     """Whether ``expr`` (int16) is uint8 data widened, or uint8 data minus a constant zero point
-    (:mod:`.int16_pair_conv`'s operands), through layout copies."""
+    (:mod:`.int16_pair_conv`'s operands), through layout copies. Uint8 data may come as a clip
+    into [0, 255] cast to int16 directly: Relay drops the cast to uint8 between them (and a
+    subtracted zero point of 0) where no pad separates the conv from the requantize before it."""
     def name(e):
         return getattr(e.op, "name", "") if isinstance(e, relay.Call) else ""
 
@@ -95,7 +97,13 @@ def _uint8_range(expr: relay.Expr) -> bool:
         values = zero.data.numpy().astype(np.int64)
         if values.min() < 0 or values.max() > INPUT_MAX:
             return False
-    return name(expr) == "cast" and str(expr.args[0].checked_type.dtype) == "uint8"
+    if name(expr) != "cast":
+        return False
+    source = expr.args[0]
+    if str(source.checked_type.dtype) == "uint8":
+        return True
+    return (name(source) == "clip" and float(source.attrs.a_min) >= 0
+            and float(source.attrs.a_max) <= INPUT_MAX)
 
 
 def _kernel_oihw(call: relay.Call) -> Optional[np.ndarray]:

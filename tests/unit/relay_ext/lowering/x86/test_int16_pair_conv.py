@@ -24,6 +24,7 @@ from helpers import AVX512_NO_VNNI, VNNI, exact_qnn_conv, needs_host_for
 CONVS = [
     dict(cin=32, cout=64, k=1, size=14),                    # a 1x1 conv between int8 blocks
     dict(cin=64, cout=128, k=1, size=14, stride=2),         # strided 1x1 (ResNet's downsample)
+    dict(cin=32, cout=32, k=1, size=15, stride=2),          # strided 1x1, an odd input size
     dict(cin=24, cout=40, k=1, size=7),                     # channels padded to 16 and sliced
     dict(cin=32, cout=32, k=1, size=28),                    # 1x1, both vectors of a block at once
     dict(cin=3, cout=32, k=3, size=16, stride=2, pad=1),    # a stem: 3 input channels
@@ -69,6 +70,54 @@ def _int16_convs(mod: tvm.IRModule, target: str) -> list:
 def test_a_conv_that_could_saturate_becomes_an_int16_conv_only_without_vnni(target, int16):
     mod, _, _ = _conv_case(**CONVS[0])
     assert len(_int16_convs(mod, target)) == (1 if int16 else 0)
+
+
+@pytest.mark.parametrize("stride, pad, sliced", [(2, 0, True), (1, 0, False), (2, 1, False)])
+def test_a_strided_1x1_conv_reads_its_pixels_sliced_out_at_stride_1(stride, pad, sliced):
+    """Without padding, a strided 1x1 int16 conv runs with stride 1 on the pixels it reads,
+    sliced out of its widened input; with padding (the sliced pixels would differ) or stride 1
+    it keeps its own strides."""
+    mod, _, _ = _conv_case(cin=64, cout=128, k=1, size=14, stride=stride, pad=pad)
+    (conv,) = _int16_convs(mod, AVX2)
+    strides = tuple(int(s) for s in conv.attrs.strides)
+    producer = getattr(conv.args[0].op, "name", "")
+    assert (strides, producer) == (((1, 1), "strided_slice") if sliced else ((stride, stride), "subtract"))
+    if sliced:
+        assert [int(s) for s in conv.args[0].attrs.strides] == [2, 2]
+        assert [int(e) for e in conv.args[0].checked_type.shape] == [1, 64, 7, 7]
+
+
+def _explicitly_padded(pad_value: float):
+    """CONVS' 3x3 conv (pad 1, input zero point 77) with its padding as an ``nn.pad`` of
+    ``pad_value`` in front of an unpadded conv, as TVM's PyTorch importer writes it."""
+    mod, data, expected = _conv_case(cin=64, cout=64, k=3, size=14, pad=1)
+    call = mod["main"].body
+    attrs = {key: call.attrs[key] for key in call.attrs.keys()}
+    attrs["padding"] = (0, 0, 0, 0)
+    (var,) = mod["main"].params
+    padded = relay.nn.pad(var, ((0, 0), (0, 0), (1, 1), (1, 1)), relay.const(pad_value))
+    body = relay.qnn.op.conv2d(padded, *call.args[1:], **attrs)
+    return tvm.IRModule.from_expr(relay.Function([var], body)), data, expected
+
+
+@pytest.mark.parametrize("pad_value, folded", [(77.0, True), (0.0, False)])
+def test_a_pad_by_the_zero_point_in_front_of_the_conv_is_its_padding(pad_value, folded):
+    """A pad with the input zero point is the conv's own padding: the int16 conv pads (with 0,
+    after the shift) inside its kernel; a pad of another value stays a pad."""
+    mod, _, _ = _explicitly_padded(pad_value)
+    (conv,) = _int16_convs(mod, AVX2)
+    padding = [int(p) for p in conv.attrs.padding]
+    pads = []
+    relay.analysis.post_order_visit(conv, lambda e: pads.append(e) if isinstance(e, relay.Call)
+                                    and getattr(e.op, "name", "") == "nn.pad" else None)
+    assert (padding, len(pads)) == (([1, 1, 1, 1], 0) if folded else ([0, 0, 0, 0], 1))
+
+
+@needs_host_for(AVX2)
+def test_a_conv_whose_pad_was_folded_is_exact():
+    mod, data, expected = _explicitly_padded(77.0)
+    (out,) = run_module(compile(mod, {}, AVX2, schedule="default"), {"data": data})
+    assert np.array_equal(out, expected), f"{np.mean(out != expected):.0%} of the outputs differ"
 
 
 @needs_host_for(AVX2)

@@ -157,3 +157,14 @@ def test_int16_data_is_taken_only_as_uint8_minus_a_uint8_zero_point(zero_point, 
     data = relay.subtract(relay.cast(x, "int16"), relay.const(zero_point, "int16"))
     typed = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], data)))
     assert int16_winograd_rewrite._uint8_range(typed["main"].body) is taken  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("low, high, taken", [(0, 255, True), (0, 127, True), (-1, 255, False),
+                                              (0, 256, False)])
+def test_a_clip_into_the_uint8_range_cast_to_int16_is_taken(low, high, taken):
+    """Where no pad separates the conv from the requantize before it, Relay casts the int32
+    clip to int16 directly (the cast to uint8 between them dropped)."""
+    x = relay.var("x", shape=(1, 4, 8, 8, 16), dtype="int32")
+    data = relay.cast(relay.clip(x, low, high), "int16")
+    typed = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], data)))
+    assert int16_winograd_rewrite._uint8_range(typed["main"].body) is taken  # pylint: disable=protected-access
