@@ -182,6 +182,14 @@ def run_child(code: str) -> str:
     return child.stdout
 
 
+def conv_block(sch: tir.Schedule) -> tir.schedule.BlockRV:
+    """The conv block of a conv task's schedule (a padded conv's zero pad, inside its task on
+    x86 targets without VNNI, comes before it)."""
+    (conv,) = [block for block in sch.get_child_blocks(sch.get_block("root"))
+               if sch.get(block).name_hint.startswith("conv2d")]
+    return conv
+
+
 def slow_conv_database(model, target):
     """(tasks, task, database): ``model``'s tasks on ``target`` (normalised), one of its convs
     (the same every run), and a database whose only record is a deliberately slow schedule of it
@@ -196,7 +204,7 @@ def slow_conv_database(model, target):
     database = ms.database.MemoryDatabase()
     workload = database.commit_workload(task.dispatched[0])
     slow = tir.Schedule(task.dispatched[0])
-    (conv,) = slow.get_child_blocks(slow.get_block("root"))
+    conv = conv_block(slow)
     slow.reorder(*reversed(slow.get_loops(conv)))
     (func,) = task.dispatched[0].functions.values()
     database.commit_tuning_record(ms.database.TuningRecord(

@@ -14,7 +14,7 @@ from relay_ext.measure.run import run_module
 from relay_ext.schedules.task_choice import choose_per_task
 from relay_ext.schedules.task_inputs import task_function_module, weight_params
 from conftest import AVX2
-from helpers import cannot_run_here, every_task_designed, slow_conv_database as make_slow_conv_database
+from helpers import cannot_run_here, conv_block, every_task_designed, slow_conv_database as make_slow_conv_database
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def _with_other_record(database, task, target):
     workload = other.commit_workload(task.dispatched[0])
     (func,) = task.dispatched[0].functions.values()
     sch = tir.Schedule(task.dispatched[0])
-    (conv,) = sch.get_child_blocks(sch.get_block("root"))
+    conv = conv_block(sch)
     outer = sch.get_loops(conv)[:2]
     sch.reorder(outer[1], outer[0])
     other.commit_tuning_record(ms.database.TuningRecord(
