@@ -40,11 +40,15 @@ LEVEL = 11
 _tvm_canonicalize: Optional[tvm.runtime.PackedFunc] = None
 
 
+def constant_scalar(expr: relay.Expr) -> Optional[float]:
+    """The value of a one-element constant (a zero point, a pad value), else None."""
+    if not isinstance(expr, relay.Constant) or expr.data.numpy().size != 1:
+        return None
+    return float(expr.data.numpy().reshape(()))
+
+
 def _zero_scalar(expr: relay.Expr) -> bool:
-    if not isinstance(expr, relay.Constant):
-        return False
-    value = expr.data.numpy()
-    return value.size == 1 and float(value.reshape(())) == 0.0
+    return constant_scalar(expr) == 0.0
 
 
 def spatial_padding(pad: relay.Call, layout: str) -> Optional[list[int]]:

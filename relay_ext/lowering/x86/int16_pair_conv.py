@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Optional
 
 import tvm
 from tvm import relay, te
+from tvm.relay.op.nn.utils import get_pad_tuple2d
 from tvm.target import Target
 
 from relay_ext.lowering import depthwise_padding
@@ -87,21 +88,15 @@ def int16_conv(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Exp
                    dilation=attrs.dilation, channels=attrs.channels, kernel_size=attrs.kernel_size)
 
 
-def _scalar(expr: relay.Expr) -> Optional[float]:
-    if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
-        return float(expr.data.numpy().reshape(()))
-    return None
-
-
 def _zero_point_pad_folded(data: relay.Expr, input_zero_point: relay.Expr,
                            padding) -> tuple[relay.Expr, list[int]]:
     """``data`` and the conv's (top, left, bottom, right) padding, with a spatial ``nn.pad`` of
     ``data`` (``NCHW``) by the input zero point folded into the padding."""
-    sides = [int(side) for side in padding]
-    sides = sides * 4 if len(sides) == 1 else sides * 2 if len(sides) == 2 else sides
+    sides = list(get_pad_tuple2d([int(side) for side in padding]))
     if not (isinstance(data, relay.Call) and getattr(data.op, "name", "") == "nn.pad"):
         return data, sides
-    value, zero_point = _scalar(data.args[1]), _scalar(input_zero_point)
+    value = depthwise_padding.constant_scalar(data.args[1])
+    zero_point = depthwise_padding.constant_scalar(input_zero_point)
     widths = depthwise_padding.spatial_padding(data, "NCHW")
     if value is None or value != zero_point or widths is None:
         return data, sides

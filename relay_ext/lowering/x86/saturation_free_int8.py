@@ -55,6 +55,7 @@ from tvm.relay.qnn.op import legalizations
 from tvm.target import Target
 from tvm.target.codegen import target_has_features
 
+from relay_ext.lowering import depthwise_padding
 from relay_ext.lowering.x86 import int16_pair_conv
 
 logger = logging.getLogger(__name__)
@@ -108,12 +109,6 @@ def halve_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (wide >> 1).astype("int8"), (wide - (wide >> 1)).astype("int8")
 
 
-def _constant_int(expr: relay.Expr) -> Optional[int]:
-    if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
-        return int(expr.data.numpy().reshape(()))
-    return None
-
-
 def _parts(kernel: relay.Expr, numpy_split, relay_split) -> tuple[relay.Expr, relay.Expr]:
     """The two parts of an int8 kernel: numpy for a constant, Relay ops (which constant folding
     folds once the parameters are bound) for an expression."""
@@ -162,7 +157,7 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     new_attrs = {key: attrs[key] for key in attrs.keys()}
     logger.debug("qnn.%s %s split in two int8 halves: its uint8 x int8 pairs could saturate vpmaddubsw",
                  op, types[1].shape)
-    if groups == 1 and _constant_int(kernel_zero_point) == 0:
+    if groups == 1 and depthwise_padding.constant_scalar(kernel_zero_point) == 0:
         # One op over twice the input channels: the same sum, regrouped.
         data_axis = str(attrs.data_layout).index("C") if op == "conv2d" else 1
         first, second = _parts(kernel, halve_weights, _relay_halves)
