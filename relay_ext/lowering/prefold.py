@@ -17,7 +17,9 @@ What it does: the passes that Relay's build runs before and around its two ``Fol
 ``SimplifyInference``, common-subexpression elimination, parallel-op combination, then
 ``FoldScaleAxis`` ... ``AlterOpLayout`` ... ``FastMath``), under the same target and pass
 configuration, each ``FoldConstant`` replaced by :func:`numpy_fold_constants`, and one pass of
-quantfuse's before ``FoldScaleAxis`` (:mod:`relay_ext.lowering.padded_channels`). The result is
+quantfuse's before ``FoldScaleAxis`` (:mod:`relay_ext.lowering.padded_channels`); on targets whose
+convs become int16 pairs, two rewrites after the layout pass (:mod:`.x86.int16_winograd_rewrite`,
+then :mod:`.x86.shared_widening`). The result is
 marked :data:`PREFOLDED`; Relay's build and task extraction then run their own pipeline on it
 without ``AlterOpLayout`` (:func:`passes_done`): the other passes find their work done (no QNN
 op), and its ``FoldConstant`` folds only what numpy did not (an op not in :data:`NUMPY_OPS`). The numpy arithmetic is the one TVM's LLVM kernels do, in the same dtype
@@ -41,7 +43,7 @@ from tvm.target import Target
 from meta_rules.base.tvm_errors import tvm_error_message
 from relay_ext.lowering.numpy_layouts import layout_transform
 from relay_ext.lowering.padded_channels import keep_padded_channels_pass
-from relay_ext.lowering.x86 import int16_winograd_rewrite
+from relay_ext.lowering.x86 import int16_winograd_rewrite, shared_widening
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +220,7 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
             for name, count in folded.items():
                 counts[name] = counts.get(name, 0) + count
         mod = int16_winograd_rewrite.rewrite(mod, target)  # needs the layout pass's weights, folded
+        mod = shared_widening.rewrite(mod, target)  # after it: the Winograd op reads the widening too
     logger.info("prefold: %d constant calls folded with numpy (%s)", sum(counts.values()),
                 ", ".join(f"{n} {c}" for n, c in sorted(counts.items())))
     return mod.with_attr(PREFOLDED, str(target))
