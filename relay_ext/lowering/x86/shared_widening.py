@@ -20,7 +20,7 @@ subtraction)::
     %x = cast(clip(...), "uint8")
     %w = subtract(cast(%x, "int16"), %zp)          # now in the op before's kernel: writes int16
     %c = nn.contrib_conv2d_NCHWc(%w, ...)
-    %r = cast(add(%w, %zp), "float32") ...         # the residual reads int16
+    %r = cast(cast(add(%w, %zp), "uint8"), "float32") ...   # the residual reads int16
 
 So the op before writes the int16 tensor once and the kernel between goes (the readers' kernels
 read 2 bytes per value instead of 1). A tensor is rewritten only where every other reader is an
