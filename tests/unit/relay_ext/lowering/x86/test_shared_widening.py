@@ -52,14 +52,7 @@ def _identity_block(zero_point: int, residual: str = "add") -> tvm.IRModule:
 
 def _widened_beside_other_readers(mod: tvm.IRModule) -> int:
     """uint8 tensors of ``mod`` read both through a cast to int16 and by some other op."""
-    readers = {}
-
-    def visit(expr):
-        if isinstance(expr, relay.Call):
-            for arg in expr.args:
-                readers.setdefault(arg, []).append(expr)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
+    readers = shared_widening._readers(mod["main"])  # pylint: disable=protected-access
     return sum(1 for source, calls in readers.items()
                if len(calls) > 1 and str(source.checked_type.dtype) == "uint8"
                and any(getattr(c.op, "name", "") == "cast" and str(c.attrs.dtype) == "int16"
@@ -68,8 +61,7 @@ def _widened_beside_other_readers(mod: tvm.IRModule) -> int:
 
 def _prefolded(mod: tvm.IRModule, target: str) -> tvm.IRModule:
     x86_codegen.install()
-    config = {k: v for k, v in BUILD_OPTIONS.items() if k != "tir.add_lower_pass"}
-    return prefold(mod, {}, normalize_target(target), config)
+    return prefold(mod, {}, normalize_target(target), BUILD_OPTIONS)
 
 
 @pytest.mark.parametrize("zero_point", [0, 9], ids=["cast", "cast-minus-zero-point"])
