@@ -122,6 +122,12 @@ def profile_text(profile: Profile) -> str:
         lines += ["", "OpenVINO layers paired with no fused op, largest: " + "; ".join(
             f"{short_name(layer.name, 40)} {layer.part} {layer.ms:.3f} ms" for layer in largest)]
     lines += ["", peak_line(profile)]
+    slowed = profile.slowed_by()
+    if slowed is not None:
+        lines += ["", f"the fused ops' times add up to {slowed:.2f}x the whole model's latency "
+                  f"without the profiler ({profile.layers_ms:.3f} against {profile.model_ms:.3f} "
+                  "ms): the profiled runs were slowed (another process, or the host's noise); "
+                  "read the rows against each other, or profile again on a quiet host"]
     if profile.chart_note:
         lines += ["", profile.chart_note]
     return "\n".join(lines)

@@ -10,6 +10,10 @@ from typing import Dict, List, Optional
 
 # The executor's own time in a profiled run: what the kernels' times leave of the run's total.
 BETWEEN_KERNELS = "executor, between kernels"
+# The fused ops' times, summed, over the model's latency without the profiler, above which the
+# profiled runs ran slower than the model does (inside the model the kernels' sum stays below the
+# whole: 0.87-1.08x on quiet hosts, 1.4-1.8x in runs the VM slowed).
+SLOWED = 1.25
 
 
 @dataclasses.dataclass
@@ -129,6 +133,14 @@ class Profile:
     def between_kernels_ms(self) -> float:
         """The executor's own time in a profiled run: the run's total less its kernels'."""
         return max(0.0, self.run_ms - self.layers_ms)
+
+    def slowed_by(self) -> Optional[float]:
+        """The fused ops' times, summed, as a multiple of the model's latency without the
+        profiler where that is above :data:`SLOWED` (the profiled runs were slowed: another
+        process, or the host's noise); None where the two agree."""
+        if self.model_ms <= 0 or self.layers_ms <= SLOWED * self.model_ms:
+            return None
+        return self.layers_ms / self.model_ms
 
     def row(self, name: str) -> ProfileRow:
         """The row of fused op ``name``; KeyError naming the ops there are."""

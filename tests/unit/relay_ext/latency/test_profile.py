@@ -255,3 +255,18 @@ def test_a_vnni_build_measures_the_peak_and_rates_its_convs(tiny):
         assert result.peak_share(row) == pytest.approx(
             row.macs / (row.ms * 1e-3) / (result.vnni_peak_gmacs * 1e9))
     assert "of VNNI peak" in profile_text(result)
+
+
+def test_profiled_runs_slower_than_the_model_are_named_in_one_line():
+    """The fused ops inside the model add up to less than the model's latency; 1.5x it means the
+    profiled runs were slowed, and the text says so (and stays silent at 1.2x)."""
+    rows = [ProfileRow("fused_nn_conv2d", 1.5, 0.9, 1)]
+    slowed = Profile("m", [1, 3, 8, 8], "llvm", "no-search", "ours", 2, 1, rows, 1.5, 1.6, 1.0)
+    assert slowed.slowed_by() == pytest.approx(1.5)
+    line = [text for text in profile_text(slowed).splitlines() if "slowed" in text]
+    assert line == ["the fused ops' times add up to 1.50x the whole model's latency without the "
+                    "profiler (1.500 against 1.000 ms): the profiled runs were slowed (another "
+                    "process, or the host's noise); read the rows against each other, or profile "
+                    "again on a quiet host"]
+    level = dataclasses.replace(slowed, model_ms=1.25)
+    assert level.slowed_by() is None and "slowed" not in profile_text(level)
