@@ -65,6 +65,13 @@ _TO_THE_END = 2**31 - 1  # a slice's end past every extent (clamped to it)
 _originals: Dict[str, Callable[..., Any]] = {}
 
 
+def op_name(expr: relay.Expr) -> str:
+    """The name of the operator ``expr`` calls (``""`` where it calls none): how the int16
+    conv's rewrites (this module, :mod:`.int16_winograd_rewrite`, :mod:`.shared_widening`) tell
+    ops apart."""
+    return getattr(expr.op, "name", "") if isinstance(expr, relay.Call) else ""
+
+
 def int16_conv(data: relay.Expr, kernel: relay.Expr, input_zero_point: relay.Expr,
                kernel_zero_point: relay.Expr, attrs) -> relay.Expr:
     """The int32 result of ``qnn.conv2d(data, kernel, zero points, attrs)`` (groups 1, ``NCHW`` /
@@ -93,7 +100,7 @@ def _zero_point_pad_folded(data: relay.Expr, input_zero_point: relay.Expr,
     """``data`` and the conv's (top, left, bottom, right) padding, with a spatial ``nn.pad`` of
     ``data`` (``NCHW``) by the input zero point folded into the padding."""
     sides = list(get_pad_tuple2d([int(side) for side in padding]))
-    if not (isinstance(data, relay.Call) and getattr(data.op, "name", "") == "nn.pad"):
+    if op_name(data) != "nn.pad":
         return data, sides
     value = depthwise_padding.constant_scalar(data.args[1])
     zero_point = depthwise_padding.constant_scalar(input_zero_point)
@@ -121,7 +128,7 @@ def _as_nchw_column(data: relay.Expr) -> relay.Expr:
     """``data[B, K]`` as ``[B, K, 1, 1]``: the tensor it was flattened from (the first one of
     that shape below every reshape of it), or expanded."""
     column, expr = None, data
-    while isinstance(expr, relay.Call) and getattr(expr.op, "name", "") in _FLATTENING:
+    while op_name(expr) in _FLATTENING:
         expr = expr.args[0]
         shape = _shape(expr)
         if shape is not None and len(shape) == 4 and shape[2:] == [1, 1]:

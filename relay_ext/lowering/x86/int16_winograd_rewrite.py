@@ -25,6 +25,7 @@ from tvm.target import Target
 
 from relay_ext.lowering.numpy_layouts import layout_transform
 from relay_ext.lowering.x86 import int16_pair_conv
+from relay_ext.lowering.x86.int16_pair_conv import op_name
 from relay_ext.lowering.x86.int16_winograd import A_T, G2, OUT_BLOCK, winograd_call
 
 logger = logging.getLogger(__name__)
@@ -84,12 +85,9 @@ def _uint8_range(expr: relay.Expr) -> bool:
     (:mod:`.int16_pair_conv`'s operands), through layout copies. Uint8 data may come as a clip
     into [0, 255] cast to int16 directly: Relay drops the cast to uint8 between them (and a
     subtracted zero point of 0) where no pad separates the conv from the requantize before it."""
-    def name(e):
-        return getattr(e.op, "name", "") if isinstance(e, relay.Call) else ""
-
-    while name(expr) == "layout_transform":
+    while op_name(expr) == "layout_transform":
         expr = expr.args[0]
-    if name(expr) == "subtract":
+    if op_name(expr) == "subtract":
         expr, zero = expr.args
         # a uint8 zero point: the difference stays within +-INPUT_MAX
         if not isinstance(zero, relay.Constant):
@@ -97,12 +95,12 @@ def _uint8_range(expr: relay.Expr) -> bool:
         values = zero.data.numpy().astype(np.int64)
         if values.min() < 0 or values.max() > INPUT_MAX:
             return False
-    if name(expr) != "cast":
+    if op_name(expr) != "cast":
         return False
     source = expr.args[0]
     if str(source.checked_type.dtype) == "uint8":
         return True
-    return (name(source) == "clip" and float(source.attrs.a_min) >= 0
+    return (op_name(source) == "clip" and float(source.attrs.a_min) >= 0
             and float(source.attrs.a_max) <= INPUT_MAX)
 
 
@@ -155,7 +153,7 @@ class _Rewriter(relay.ExprMutator):
 
     def visit_call(self, call):
         new = super().visit_call(call)
-        if getattr(call.op, "name", "") != "nn.contrib_conv2d_NCHWc":
+        if op_name(call) != "nn.contrib_conv2d_NCHWc":
             return new
         transformed = _eligible(call, self.lanes)
         if transformed is None:

@@ -44,6 +44,7 @@ from tvm import relay
 from tvm.target import Target
 
 from relay_ext.lowering.x86 import int16_pair_conv
+from relay_ext.lowering.x86.int16_pair_conv import op_name
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +53,6 @@ SOURCE_DTYPE = "uint8"
 WIDENED_READERS = ("nn.contrib_conv2d_NCHWc", "nn.conv2d", "quantfuse.winograd_conv2d_3x3",
                    "strided_slice")
 BROADCAST = 1  # TVM's kBroadcast: elementwise and broadcast ops, fused into their reader's kernel
-
-
-def _name(expr: relay.Expr) -> str:
-    return getattr(expr.op, "name", "") if isinstance(expr, relay.Call) else ""
 
 
 def _fuses_in(call: relay.Call) -> bool:
@@ -85,16 +82,16 @@ def _widening(source: relay.Expr, readers: Dict[relay.Expr, List[relay.Call]]
     qualify (module doc)."""
     users = readers.get(source, [])
     widenings = [call for call in users
-                 if _name(call) == "cast" and str(call.attrs.dtype) == int16_pair_conv.INT16]
+                 if op_name(call) == "cast" and str(call.attrs.dtype) == int16_pair_conv.INT16]
     if (len(users) < 2 or len(widenings) != 1 or str(source.checked_type.dtype) != SOURCE_DTYPE
             or not all(_fuses_in(call) for call in users)):
         return None
     widened, zero_point = widenings[0], None
     after = readers.get(widened, [])
-    if len(after) == 1 and _name(after[0]) == "subtract" and after[0].args[0].same_as(widened) \
+    if len(after) == 1 and op_name(after[0]) == "subtract" and after[0].args[0].same_as(widened) \
             and isinstance(after[0].args[1], relay.Constant):
         widened, zero_point = after[0], after[0].args[1]
-    if not all(_name(call) in WIDENED_READERS for call in readers.get(widened, [])):
+    if not all(op_name(call) in WIDENED_READERS for call in readers.get(widened, [])):
         return None
     return widened, zero_point
 
