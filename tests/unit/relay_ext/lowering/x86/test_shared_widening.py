@@ -6,7 +6,6 @@ add) is prefolded and built for AVX2 with and without the rewrite: the uint8 ten
 reader, no kernel is left that only widens, and the outputs stay the same.
 """
 
-import json
 import re
 
 import numpy as np
@@ -20,6 +19,7 @@ from relay_ext.lowering.prefold import prefold
 from relay_ext.lowering.targets import normalize_target
 from relay_ext.lowering.x86 import shared_widening, x86_codegen
 from relay_ext.measure.run import run_module
+from relay_ext.report.layout_transforms import kernels_of_graph_json
 from conftest import AVX2
 from helpers import needs_host_for
 
@@ -83,8 +83,7 @@ def test_targets_that_make_no_int16_convs_are_left_alone():
 
 
 def _kernels(lib) -> list:
-    graph = json.loads(lib.get_graph_json())
-    return [node["attrs"]["func_name"] for node in graph["nodes"] if node["op"] == "tvm_op"]
+    return [kernel.name for kernel in kernels_of_graph_json(lib.get_graph_json())]
 
 
 @needs_host_for(AVX2)
