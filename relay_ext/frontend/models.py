@@ -58,6 +58,11 @@ class BuiltinSource:
     seed: int
 
 
+# A Relay module's attribute: its uint8 activations are calibrated to 7 bits, as PyTorch's x86 and
+# fbgemm engines calibrate them (``reduce_range``); read where QNN convs are lowered for x86.
+SEVEN_BIT_ACTIVATIONS = "quantfuse.seven_bit_activations"
+
+
 @dataclass
 class LoadedModel:
     """A model ready for TVM, with what is needed to check it against its reference runtime.
@@ -303,6 +308,8 @@ def _import_to_relay(
     quantized = _has_qnn_ops(mod)
     if layout == "NHWC":
         mod = convert_to_nhwc(mod)
+    if quantized:  # PyTorch's x86 and fbgemm engines calibrate activations to 7 bits (reduce_range)
+        mod = mod.with_attr(SEVEN_BIT_ACTIVATIONS, True)
     logger.info(
         "imported %s: %s, output scale %s, layout %s", name, "quantized" if quantized else "float", scale, layout
     )

@@ -41,9 +41,10 @@ from tvm.relay import dataflow_pattern as dfp
 from tvm.target import Target
 
 from meta_rules.base.tvm_errors import tvm_error_message
+from relay_ext.frontend.models import SEVEN_BIT_ACTIVATIONS
 from relay_ext.lowering.numpy_layouts import layout_transform
 from relay_ext.lowering.padded_channels import keep_padded_channels_pass
-from relay_ext.lowering.x86 import int16_winograd_rewrite, shared_widening
+from relay_ext.lowering.x86 import int16_winograd_rewrite, seven_bit_conv, shared_widening
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +207,7 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
     A module prefolded for ``target`` already comes back as it is (marked :data:`PREFOLDED`)."""
     if params is None and str(mod.get_attr(PREFOLDED) or "") == str(target):
         return mod
+    seven_bit = bool(mod.get_attr(SEVEN_BIT_ACTIVATIONS))
     mod = tvm.ir.load_json(tvm.ir.save_json(mod))
     if params:
         bound = relay.build_module.bind_params_by_name(
@@ -213,7 +215,8 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
                           for name, value in params.items()})
         mod = tvm.IRModule.from_expr(bound, type_defs=mod.type_definitions)
     counts: Dict[str, int] = {}
-    with tvm.transform.PassContext(opt_level=3, config=dict(config)), target:
+    with tvm.transform.PassContext(opt_level=3, config=dict(config)), target, \
+            seven_bit_conv.activations(seven_bit):
         for passes in (_before_fold(), _around_layout()):
             mod = tvm.transform.Sequential([relay.transform.InferType(), *passes])(mod)
             mod, folded = numpy_fold_constants(mod)
@@ -223,6 +226,7 @@ def prefold(mod: tvm.IRModule, params: Optional[Mapping[str, Any]], target: Targ
         mod = shared_widening.rewrite(mod, target)  # after it: the Winograd op reads the widening too
     logger.info("prefold: %d constant calls folded with numpy (%s)", sum(counts.values()),
                 ", ".join(f"{n} {c}" for n, c in sorted(counts.items())))
+    mod = mod.with_attr(SEVEN_BIT_ACTIVATIONS, seven_bit) if seven_bit else mod
     return mod.with_attr(PREFOLDED, str(target))
 
 

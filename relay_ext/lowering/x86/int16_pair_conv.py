@@ -44,7 +44,7 @@ from tvm.relay.op.nn.utils import get_pad_tuple2d
 from tvm.target import Target
 
 from relay_ext.lowering import depthwise_padding
-from relay_ext.lowering.x86 import vnni_conv_schedule
+from relay_ext.lowering.x86 import seven_bit_conv, vnni_conv_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -344,9 +344,17 @@ def _nchwc_strategy(attrs, inputs, out_type, target):
     from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule  # pylint: disable=import-outside-toplevel
 
     data, kernel = inputs
+    strategy = _op.OpStrategy()
+    if seven_bit_conv.is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape),
+                                        target):
+        strategy.add_implementation(
+            wrap_compute_conv2d(seven_bit_conv.conv2d_nchwc_seven_bit, need_data_layout=True,
+                                need_out_layout=True),
+            wrap_topi_schedule(seven_bit_conv.schedule_conv2d_nchwc_seven_bit),
+            name="conv2d_NCHWc_seven_bit.x86")
+        return strategy
     if not (is_int16_conv(data.dtype, kernel.dtype, target) and len(kernel.shape) == 7):
         return _originals["nchwc_strategy"](attrs, inputs, out_type, target)
-    strategy = _op.OpStrategy()
     strategy.add_implementation(
         wrap_compute_conv2d(conv2d_nchwc_int16, need_data_layout=True, need_out_layout=True),
         wrap_topi_schedule(schedule_conv2d_nchwc_int16), name="conv2d_NCHWc_int16_pairs.x86")

@@ -56,7 +56,7 @@ from tvm.target import Target
 from tvm.target.codegen import target_has_features
 
 from relay_ext.lowering import depthwise_padding
-from relay_ext.lowering.x86 import int16_pair_conv
+from relay_ext.lowering.x86 import int16_pair_conv, seven_bit_conv
 
 logger = logging.getLogger(__name__)
 
@@ -145,12 +145,19 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     data, kernel, input_zero_point, kernel_zero_point, input_scale, kernel_scale = (
         legal.args if legal is not None else inputs)
     kernel_layout = str(attrs.kernel_layout) if op == "conv2d" else "OI"
-    if isinstance(kernel, relay.Constant) and not can_saturate(kernel.data.numpy(), kernel_layout.index("O")):
+    plain = op == "conv2d" and groups == 1 and (str(attrs.data_layout), kernel_layout) == ("NCHW", "OIHW")
+    seven_bit = plain and seven_bit_conv.serves(target)
+    if seven_bit and seven_bit_conv.active() and str(types[0].dtype) == "uint8" and all(
+            int(d) == 1 for d in attrs.dilation):
+        # 7-bit activations: TVM's uint8 x int8 conv, which seven_bit_conv computes exactly.
+        return legal
+    if not seven_bit and isinstance(kernel, relay.Constant) and not can_saturate(
+            kernel.data.numpy(), kernel_layout.index("O")):
         return legal
     # Weights that could saturate, or that this pass cannot see yet (parameters not bound, a
-    # weight computed by ops): an int16 conv, or split; exact in either case.
-    if int16 and op == "conv2d" and groups == 1 and (str(attrs.data_layout), str(attrs.kernel_layout)) == (
-            "NCHW", "OIHW"):
+    # weight computed by ops), or any weights where the seven-bit convs are compiled (they take
+    # every uint8 x int8 conv left): an int16 conv, or split; exact in either case.
+    if int16 and plain:
         logger.debug("qnn.conv2d %s on int16 pairs: its uint8 x int8 pairs could saturate vpmaddubsw",
                      types[1].shape)
         return int16_pair_conv.int16_conv(*inputs[:4], attrs)

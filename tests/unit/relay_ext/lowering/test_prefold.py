@@ -8,10 +8,12 @@ import tvm
 from tvm import meta_schedule as ms
 from tvm import relay
 
+from relay_ext.frontend.models import SEVEN_BIT_ACTIVATIONS
 from relay_ext.lowering.config import pass_config
 from relay_ext.lowering.prefold import layout_transform, numpy_fold_constants, prefold
 from relay_ext.lowering.relay_build import copy_module
 from relay_ext.lowering.targets import normalize_target
+from relay_ext.lowering.x86 import seven_bit_conv
 from relay_ext.build import compile
 from relay_ext.measure.run import run_module
 from relay_ext.tuning import extract_tasks
@@ -92,8 +94,10 @@ def test_a_prefolded_model_has_the_same_tasks_and_outputs(tiny):
     def workloads(tasks):
         return sorted(int(tvm.ir.structural_hash(t.dispatched[0])) for t in tasks)
     # extract_tasks prefolds (as every build does): against Relay's own extraction
-    relay_own = ms.relay_integration.extract_tasks(copy_module(tiny.mod), target, tiny.params,
-                                                   pass_config=pass_config("ours"))
+    # (the model's 7-bit activations mark, which prefold reads, set for Relay's legalization too)
+    with seven_bit_conv.activations(bool(tiny.mod.get_attr(SEVEN_BIT_ACTIVATIONS))):
+        relay_own = ms.relay_integration.extract_tasks(copy_module(tiny.mod), target, tiny.params,
+                                                       pass_config=pass_config("ours"))
     assert workloads(extract_tasks(folded, None, target)) == workloads(relay_own)
     assert prefold(folded, None, target, pass_config("ours")) is folded  # already prefolded
     # TVM's default build below opt level 3 prefolds nothing itself: the folded module against

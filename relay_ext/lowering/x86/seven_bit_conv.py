@@ -1,0 +1,355 @@
+"""Exact uint8 x int8 convs at ``vpmaddubsw``'s speed when activations rarely exceed 127.
+
+``vpmaddubsw`` adds each pair of uint8 x int8 products in a signed 16-bit lane; with both
+activations at most 127 the pair fits (``2 x 127 x 128 = 32512``) whatever the weights. Models
+quantized for PyTorch's x86 and fbgemm engines calibrate their activations to 7 bits
+(``reduce_range``), yet a few values of most tensors still come out above 127 (at most 0.13% in
+ResNet-18/50 and MobileNetV2 on random inputs, docs/BENCHMARKS.md). This conv splits each
+activation in its low 7 bits and its high bit, ``x = (x & 127) + 128 (x >> 7)``, and computes::
+
+    conv(x, w) = conv(x & 127, w) + (conv(x >> 7, w) << 7)
+
+The first term runs on every input with ``vpmaddubsw`` + ``vpmaddwd`` + ``vpaddd`` (3 vector
+uops per 32 products, where the exact int16 conv of :mod:`.int16_pair_conv` needs 4). The second
+is computed per register tile and block of input channels only where a flag says the block's
+inputs have a high bit set: ``flag[n, c_block, oh, ow]`` is 1 where some input that output pixel
+reads in that channel block is above 127 (:func:`flags`). Both terms are exact (the high bits are
+0 or 1, so their pairs are at most 256), so the sum is the conv's exact int32 value; the flags only
+decide what work is skipped (where a flag is 0 the skipped products are all 0).
+
+Before (``x`` uint8, one ``vpmaddubsw`` per 4 input channels, wrong where a pair saturates)::
+
+    conv[n, oc, oh, ow, o] += x[n, ic, oh*s + kh, ow*s + kw, c] * w[oc, ic, kh, kw, c/4, o, c%4]
+
+After (the low term tensorized with :func:`low_bits_intrinsic`; the high term tensorized per
+channel block with :func:`high_bit_intrinsic`, which tests the tile's flags and does nothing where
+they are all 0)::
+
+    low[n, oc, oh, ow, o]  += (x & 127)[...] * w[...]
+    high[n, oc, oh, ow, o] += (x >> 7)[...] * w[...] * flag[n, ic, oh, ow]
+    conv = low + (high << 7)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from typing import Any, Iterator, Optional, Tuple
+
+import tvm
+from tvm import te
+from tvm.target import Target
+from tvm.target.codegen import target_has_features
+
+logger = logging.getLogger(__name__)
+
+_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("seven_bit_activations",
+                                                               default=False)
+
+TAG = "conv2d_NCHWc_seven_bit"
+LOW_STAGE, HIGH_STAGE = "low_sum", "high_sum"  # the two terms' blocks
+LOW_BITS = 127
+HIGH_SHIFT = 7
+QUAD = 4  # uint8 x int8 products vpmaddubsw + vpmaddwd sum into one int32 lane
+LANES = 8  # int32 lanes of an AVX2 vector
+ONES = 0x01010101  # the high bit of each of four bytes, shifted down to bit 0
+
+
+def serves(target: Optional[Target]) -> bool:
+    """Whether ``target`` takes the seven-bit convs: an llvm x86 target with AVX2 and neither
+    AVX-512BW (its int16 convs multiply 32 products an instruction) nor VNNI (``vpdpbusd`` sums in
+    32 bits: exact as it is)."""
+    if target is None or target.kind.name != "llvm":
+        return False
+    try:
+        return bool(target_has_features("avx2", target)) and not any(
+            target_has_features(feature, target) for feature in ("avx512bw", "avx512vnni", "avxvnni"))
+    except Exception:  # pylint: disable=broad-except
+        return False  # not an x86 target: LLVM knows none of these features
+
+
+@contextlib.contextmanager
+def activations(seven_bit: bool) -> Iterator[None]:
+    """Within: QNN's legalization makes the uint8 convs of a target :func:`serves` seven-bit
+    convs (``seven_bit``) or int16 convs (:mod:`.int16_pair_conv`)."""
+    token = _ACTIVE.set(bool(seven_bit))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active() -> bool:
+    """Whether the module being legalized has seven-bit activations (:func:`activations`)."""
+    return _ACTIVE.get()
+
+
+def is_seven_bit_conv(data_dtype: str, kernel_dtype: str, groups: int, kernel_dims: int,
+                      target: Optional[Target] = None) -> bool:
+    """Whether an ``nn.contrib_conv2d_NCHWc`` is one this module compiles: uint8 data, int8
+    weights in TOPI's int8 blocks (7 dimensions), one group, for a target :func:`serves`. Where
+    :func:`serves`, QNN's legalization leaves no other uint8 x int8 conv (they are int16 convs)."""
+    if (str(data_dtype), str(kernel_dtype), int(groups), kernel_dims) != ("uint8", "int8", 1, 7):
+        return False
+    return serves(target if target is not None else Target.current(allow_none=True))
+
+
+def _dot(data: Any, weights: Any, flag: Any = None) -> Any:
+    """The reduction body both the stages and the intrinsics declare (they must match)."""
+    product = data.astype("int32") * weights.astype("int32")
+    return product if flag is None else product * flag.astype("int32")
+
+
+def _madd(four_bytes: Any, weights: Any) -> Any:
+    """``vpmaddubsw`` of four uint8 (an int32, broadcast) by 8 x 4 int8, then ``vpmaddwd`` by 1:
+    8 int32 sums of four products."""
+    broadcast = tvm.tir.call_intrin("int8x32", "tir.reinterpret", four_bytes.astype("int32x8"))
+    pairs = tvm.tir.call_llvm_pure_intrin("int16x16", "llvm.x86.avx2.pmadd.ub.sw",
+                                          tvm.tir.const(2, "uint32"), broadcast, weights)
+    return tvm.tir.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd",
+                                         tvm.tir.const(2, "uint32"), pairs,
+                                         tvm.tir.const(1, "int16x16"))
+
+
+def low_bits_intrinsic() -> te.TensorIntrin:
+    """``out[i] += sum_k data[k] * w[i, k]`` for 8 int32 lanes and 4 uint8 inputs at most 127:
+    one ``vpmaddubsw``, one ``vpmaddwd`` and one ``vpaddd`` (exact: no pair can saturate)."""
+    data = te.placeholder((QUAD,), dtype="uint8", name="data")
+    weights = te.placeholder((LANES, QUAD), dtype="int8", name="weights")
+    k = te.reduce_axis((0, QUAD), name="k")
+    out = te.compute((LANES,), lambda i: te.sum(_dot(data[k], weights[i, k]), axis=k), name="out")
+    data_buffer = tvm.tir.decl_buffer(data.shape, "uint8", name="data_buffer", offset_factor=1,
+                                      strides=[1])
+    weights_buffer = tvm.tir.decl_buffer(weights.shape, "int8", name="weights_buffer",
+                                         offset_factor=1, strides=[te.var("ldw"), 1])
+
+    def body(ins, outs):
+        def emit(kind: str):
+            builder = tvm.tir.ir_builder.create()
+            if kind == "reset":
+                builder.emit(outs[0].vstore(0, tvm.tir.const(0, "int32x8")))
+                return builder.get()
+            four = tvm.tir.call_intrin("int32", "tir.reinterpret", ins[0].vload([0], "uint8x4"))
+            total = _madd(four, ins[1].vload([0, 0], "int8x32"))
+            if kind == "update":
+                total = total + outs[0].vload([0], "int32x8")
+            builder.emit(outs[0].vstore(0, total))
+            return builder.get()
+
+        return emit("body"), emit("reset"), emit("update")
+
+    return te.decl_tensor_intrin(out.op, body, binds={data: data_buffer, weights: weights_buffer},
+                                 default_buffer_params={"offset_factor": 1})
+
+
+def high_bit_intrinsic(columns: int, stride: int, kernel_h: int, kernel_w: int, ic_bn: int,
+                       oc_bn: int) -> te.TensorIntrin:
+    """One channel block's share of the high-bit term for a tile of ``columns`` output pixels x
+    ``oc_bn`` channels: nothing where the tile's flags are all 0, else every product of the
+    block's high bits (``vpmaddubsw`` on bytes of 0 or 1) added to the tile."""
+    width = (columns - 1) * stride + kernel_w
+    data = te.placeholder((kernel_h, width, ic_bn), dtype="uint8", name="data")
+    weights = te.placeholder((kernel_h, kernel_w, ic_bn // QUAD, oc_bn, QUAD), dtype="int8",
+                             name="weights")
+    flag = te.placeholder((columns,), dtype="uint8", name="flag")
+    kh = te.reduce_axis((0, kernel_h), name="kh")
+    kw = te.reduce_axis((0, kernel_w), name="kw")
+    icf = te.reduce_axis((0, ic_bn // QUAD), name="icf")
+    ics = te.reduce_axis((0, QUAD), name="ics")
+    out = te.compute((columns, oc_bn), lambda c, o: te.sum(_dot(
+        data[kh, c * stride + kw, icf * QUAD + ics] >> HIGH_SHIFT, weights[kh, kw, icf, o, ics],
+        flag[c]), axis=[kh, kw, icf, ics]), name="out")
+    binds = {
+        data: tvm.tir.decl_buffer(data.shape, "uint8", name="data_buffer", offset_factor=1,
+                                  strides=[te.var("dh"), te.var("dw"), 1]),
+        weights: tvm.tir.decl_buffer(weights.shape, "int8", name="weights_buffer",
+                                     offset_factor=1, strides=[te.var("wh"), te.var("ww"),
+                                                               te.var("wf"), QUAD, 1]),
+        flag: tvm.tir.decl_buffer(flag.shape, "uint8", name="flag_buffer", offset_factor=1,
+                                  strides=[1]),
+    }
+
+    def reset(outs) -> tvm.tir.Stmt:
+        builder = tvm.tir.ir_builder.create()
+        for column in range(columns):
+            for lane in range(0, oc_bn, LANES):
+                builder.emit(outs[0].vstore([column, lane], tvm.tir.const(0, "int32x8")))
+        return builder.get()
+
+    def update(ins, outs) -> tvm.tir.Stmt:
+        data_in, weights_in, flags = ins
+        builder = tvm.tir.ir_builder.create()
+        any_flag = flags.vload([0], "uint8")
+        for column in range(1, columns):
+            any_flag = any_flag | flags.vload([column], "uint8")
+        with builder.if_scope(any_flag != tvm.tir.const(0, "uint8")):
+            with builder.for_range(0, kernel_h, name="kh") as row:
+                with builder.for_range(0, kernel_w, name="kw") as tap:
+                    with builder.for_range(0, ic_bn // QUAD, name="icf") as quad:
+                        for column in range(columns):
+                            four = tvm.tir.call_intrin("int32", "tir.reinterpret", data_in.vload(
+                                [row, column * stride + tap, quad * QUAD], "uint8x4"))
+                            high = (four >> HIGH_SHIFT) & tvm.tir.const(ONES, "int32")
+                            for lane in range(0, oc_bn, LANES):
+                                total = _madd(high, weights_in.vload([row, tap, quad, lane, 0],
+                                                                     "int8x32"))
+                                builder.emit(outs[0].vstore([column, lane], total + outs[0].vload(
+                                    [column, lane], "int32x8")))
+        return builder.get()
+
+    def body(ins, outs):
+        return tvm.tir.SeqStmt([reset(outs), update(ins, outs)]), reset(outs), update(ins, outs)
+
+    return te.decl_tensor_intrin(out.op, body, binds=binds,
+                                 default_buffer_params={"offset_factor": 1})
+
+
+def flags(data: te.Tensor, out_h: int, out_w: int, kernel: Tuple[int, int],
+          stride: Tuple[int, int]) -> te.Tensor:
+    """``flag[n, c_block, oh, ow]``: 1 where an input of channel block ``c_block`` that output
+    pixel ``(oh, ow)`` reads is above 127 (the max over the block of each pixel's high bits, then
+    over the kernel's window)."""
+    batch, blocks, height, width, ic_bn = (int(x) for x in data.shape)
+    channel = te.reduce_axis((0, ic_bn), name="c")
+    pixel = te.compute((batch, blocks, height, width), lambda n, b, h, w: te.max(
+        data[n, b, h, w, channel] >> HIGH_SHIFT, axis=channel), name="high_bit_pixels")
+    row = te.reduce_axis((0, kernel[0]), name="kh")
+    col = te.reduce_axis((0, kernel[1]), name="kw")
+    return te.compute((batch, blocks, out_h, out_w), lambda n, b, oh, ow: te.max(
+        pixel[n, b, oh * stride[0] + row, ow * stride[1] + col], axis=[row, col]),
+        name="high_bit_flags")
+
+
+def conv2d_nchwc_seven_bit(data: te.Tensor, kernel: te.Tensor, strides, padding, dilation,
+                           layout: str, out_layout: str, out_dtype: str = "int32") -> te.Tensor:
+    """The exact uint8 x int8 NCHWc conv above (TOPI's int8 layouts: data ``NCHW{ic_bn}c``,
+    weights ``OIHW{ic_bn/4}i{oc_bn}o4i``; one group, no dilation)."""
+    # pylint: disable=import-outside-toplevel,unused-argument,too-many-locals
+    from tvm.topi.nn.pad import pad
+    from tvm.topi.nn.utils import get_pad_tuple
+    from tvm.topi.utils import get_const_tuple
+
+    stride_h, stride_w = strides if isinstance(strides, (tuple, list)) else (strides, strides)
+    stride_h, stride_w = int(stride_h), int(stride_w)
+    if any(int(d) != 1 for d in (dilation if isinstance(dilation, (tuple, list)) else [dilation])):
+        raise ValueError("the seven-bit conv takes no dilation")
+    batch, blocks, height, width, ic_bn = get_const_tuple(data.shape)
+    oc_chunks, kernel_blocks, kernel_h, kernel_w, _, oc_bn, _ = get_const_tuple(kernel.shape)
+    if kernel_blocks != blocks:
+        raise ValueError("the seven-bit conv takes one group")
+    top, left, down, right = get_pad_tuple(padding, (kernel_h, kernel_w))
+    out_h = (height + top + down - kernel_h) // stride_h + 1
+    out_w = (width + left + right - kernel_w) // stride_w + 1
+    if top or left or down or right:
+        data = pad(data, (0, 0, top, left, 0), (0, 0, down, right, 0), name="data_pad")
+    low = te.compute(data.shape, lambda *i: data(*i) & tvm.tir.const(LOW_BITS, "uint8"),
+                     name="low_bits")
+    flag = flags(data, out_h, out_w, (kernel_h, kernel_w), (stride_h, stride_w))
+    shape = (batch, oc_chunks, out_h, out_w, oc_bn)
+
+    def reduction(name: str, source: te.Tensor, shift: bool) -> te.Tensor:
+        ico = te.reduce_axis((0, blocks), name="ic_outer")
+        kh = te.reduce_axis((0, kernel_h), name="kh")
+        kw = te.reduce_axis((0, kernel_w), name="kw")
+        icf = te.reduce_axis((0, ic_bn // QUAD), name="ic_f_inner")
+        ics = te.reduce_axis((0, QUAD), name="ic_s_inner")
+
+        def value(n, oc, oh, ow, o):
+            x = source[n, ico, oh * stride_h + kh, ow * stride_w + kw, icf * QUAD + ics]
+            w = kernel[oc, ico, kh, kw, icf, o, ics]
+            if shift:
+                return te.sum(_dot(x >> HIGH_SHIFT, w, flag[n, ico, oh, ow]), axis=[ico, kh, kw, icf, ics])
+            return te.sum(_dot(x, w), axis=[ico, kh, kw, icf, ics])
+
+        return te.compute(shape, value, name=name)
+
+    low_sum = reduction(LOW_STAGE, low, shift=False)
+    high_sum = reduction(HIGH_STAGE, data, shift=True)
+    return te.compute(shape, lambda *i: (low_sum(*i) + (high_sum(*i) << HIGH_SHIFT)).astype(out_dtype),
+                      name="conv2d_NCHWc_int8", tag=TAG, attrs={"stride": [stride_h, stride_w]})
+
+
+def schedule_conv2d_nchwc_seven_bit(outs) -> te.Schedule:
+    """The column-block schedule of the int16 convs (:func:`.int16_pair_conv.register_tile`, one
+    vector of a channel block at a time where that holds more accumulators, rows outside channel
+    blocks where :func:`.vnni_conv_schedule.rows_outside` says so), for both terms; the splitting
+    of the input and its flags done once, in parallel, before the conv."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.topi.utils import get_const_tuple, traverse_inline
+
+    from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule
+
+    outs = [outs] if isinstance(outs, te.Tensor) else outs
+    schedule = te.create_schedule([x.op for x in outs])
+
+    def callback(op):
+        if op.tag != TAG:
+            return
+        conv, last = op.output(0), outs[0]
+        low_sum, high_sum = conv.op.input_tensors
+        low, kernel = low_sum.op.input_tensors
+        data, _, flag = high_sum.op.input_tensors
+        _, oc_chunks, out_h, out_w, oc_bn = get_const_tuple(conv.shape)
+        kernel_h, kernel_w = get_const_tuple(kernel.shape)[2:4]
+        apart = int16_pair_conv.one_vector_columns(out_w, oc_bn, LANES)
+        columns = apart or int16_pair_conv.register_tile(out_w, oc_bn, LANES)
+        rows_outside = vnni_conv_schedule.rows_outside(out_h, out_w, oc_chunks * oc_bn,
+                                                       kernel_h * kernel_w)
+        _prepare(schedule, data, low, flag)
+
+        if conv != last:
+            schedule[conv].compute_inline()
+        batch, oc_chunk, oh, ow, oc_block = schedule[last].op.axis[:5]
+        ow_chunk, ow_block = schedule[last].split(ow, factor=columns)
+        outer = [oh, oc_chunk] if rows_outside else [oc_chunk, oh]
+        schedule[last].reorder(*outer, ow_chunk, ow_block, oc_block)
+        schedule[last].parallel(schedule[last].fuse(batch, *outer))
+        schedule[last].vectorize(oc_block)
+        for term in (low_sum, high_sum):
+            schedule[term].compute_at(schedule[last], ow_chunk)
+        _low_term(schedule, low_sum, columns, bool(apart))
+        _high_term(schedule, high_sum, columns, int(op.attrs["stride"][1]), kernel_h, kernel_w,
+                   int(data.shape[-1]), oc_bn)
+
+    traverse_inline(schedule, outs[0].op, callback)
+    return schedule
+
+
+def _prepare(schedule: te.Schedule, data: te.Tensor, low: te.Tensor, flag: te.Tensor) -> None:
+    """Every stage before the conv: its outer loops in parallel, the channel block vectorized."""
+    pixel = flag.op.input_tensors[0]
+    stages = [low, pixel, flag] + ([data] if "pad" in data.op.tag else [])
+    for tensor in stages:
+        axes = list(schedule[tensor].op.axis)
+        schedule[tensor].parallel(schedule[tensor].fuse(*axes[:3]))
+    schedule[low].vectorize(schedule[low].op.axis[-1])
+    schedule[pixel].unroll(schedule[pixel].op.reduce_axis[0])
+    if "pad" in data.op.tag:
+        schedule[data].vectorize(schedule[data].op.axis[-1])
+
+
+def _low_term(schedule: te.Schedule, low_sum: te.Tensor, columns: int, apart: bool) -> None:
+    stage = schedule[low_sum]
+    _, _, _, ow, oc_block = stage.op.axis
+    ico, kh, kw, icf, ics = stage.op.reduce_axis
+    ow_chunk, ow_block = stage.split(ow, factor=columns)
+    oc_f, oc_s = stage.split(oc_block, factor=LANES)
+    if apart:  # one vector of the channel block per pass over the reduction
+        stage.reorder(ow_chunk, oc_f, ico, kh, icf, kw, ow_block, oc_s, ics)
+    else:
+        stage.reorder(ow_chunk, ico, kh, icf, kw, ow_block, oc_f, oc_s, ics)
+        stage.unroll(oc_f)
+    stage.tensorize(oc_s, low_bits_intrinsic())
+    stage.unroll(kw)
+    stage.unroll(ow_block)
+
+
+def _high_term(schedule: te.Schedule, high_sum: te.Tensor, columns: int, stride: int,
+               kernel_h: int, kernel_w: int, ic_bn: int, oc_bn: int) -> None:
+    stage = schedule[high_sum]
+    _, _, _, ow, oc_block = stage.op.axis
+    ico, kh, kw, icf, ics = stage.op.reduce_axis
+    ow_chunk, ow_block = stage.split(ow, factor=columns)
+    stage.reorder(ow_chunk, ico, kh, kw, icf, ow_block, oc_block, ics)
+    stage.tensorize(kh, high_bit_intrinsic(columns, stride, kernel_h, kernel_w, ic_bn, oc_bn))
