@@ -148,7 +148,7 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     plain = op == "conv2d" and groups == 1 and (str(attrs.data_layout), kernel_layout) == ("NCHW", "OIHW")
     seven_bit = plain and seven_bit_conv.serves(target)
     if seven_bit and seven_bit_conv.active() and str(types[0].dtype) == "uint8" and all(
-            int(d) == 1 for d in attrs.dilation):
+            int(d) == 1 for d in attrs.dilation) and seven_bit_conv.pays(types[1].shape):
         # 7-bit activations: TVM's uint8 x int8 conv, which seven_bit_conv computes exactly.
         return legal
     if not seven_bit and isinstance(kernel, relay.Constant) and not can_saturate(

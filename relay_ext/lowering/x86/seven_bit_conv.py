@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 import tvm
 from tvm import te
@@ -54,6 +54,7 @@ HIGH_SHIFT = 7
 QUAD = 4  # uint8 x int8 products vpmaddubsw + vpmaddwd sum into one int32 lane
 LANES = 8  # int32 lanes of an AVX2 vector
 ONES = 0x01010101  # the high bit of each of four bytes, shifted down to bit 0
+MIN_PRODUCTS_PER_INPUT = 256  # output channels x taps of the smallest conv made seven-bit (pays)
 
 
 def serves(target: Optional[Target]) -> bool:
@@ -83,6 +84,17 @@ def activations(seven_bit: bool) -> Iterator[None]:
 def active() -> bool:
     """Whether the module being legalized has seven-bit activations (:func:`activations`)."""
     return _ACTIVE.get()
+
+
+def pays(weight_shape: Sequence[Any]) -> bool:
+    """Whether a conv of ``OIHW`` weights does enough work per input value for the seven-bit
+    conv's passes over its input (its low bits written, its high bits read: 3 bytes moved per
+    input value, where the int16 conv may read a tensor its producer widened) to pay: at least
+    :data:`MIN_PRODUCTS_PER_INPUT` output channels x taps. Alone, ResNet-50's 256 -> 64 1x1 conv
+    (64) ran 0.95x the int16 conv's time with the widening, the 64 -> 256 one (256) 0.77-0.85x
+    (docs/BENCHMARKS.md)."""
+    out_channels, _, kernel_h, kernel_w = (int(x) for x in weight_shape)
+    return out_channels * kernel_h * kernel_w >= MIN_PRODUCTS_PER_INPUT
 
 
 def is_seven_bit_conv(data_dtype: str, kernel_dtype: str, groups: int, kernel_dims: int,

@@ -108,22 +108,22 @@ def test_it_serves_avx2_targets_without_avx512bw_or_vnni(target, served):
     assert seven.serves(tvm.target.Target(target)) == served
 
 
-def _qnn_conv(data_dtype: str = "uint8", seed: int = 0, kernel: int = 3):
+def _qnn_conv(data_dtype: str = "uint8", seed: int = 0, kernel: int = 3, out_channels: int = 32):
     """A qnn.conv2d of full-range int8 weights (they could saturate ``vpmaddubsw``), and the
     exact result of full-range data (half of it above 127) in numpy."""
     generator = np.random.default_rng(seed)
     info = np.iinfo(data_dtype)
     data = generator.integers(info.min, info.max + 1, (1, 32, 8, 8)).astype(data_dtype)
-    weights = generator.integers(-128, 128, (32, 32, kernel, kernel)).astype("int8")
+    weights = generator.integers(-128, 128, (out_channels, 32, kernel, kernel)).astype("int8")
     zero_point = 3 if data_dtype == "uint8" else -3
     var = relay.var("data", shape=data.shape, dtype=data_dtype)
     body = relay.qnn.op.conv2d(var, relay.const(weights), relay.const(zero_point), relay.const(0),
                                relay.const(0.5), relay.const(0.25), kernel_size=(kernel, kernel),
-                               channels=32, padding=(kernel // 2,) * 2, strides=(2, 2),
+                               channels=out_channels, padding=(kernel // 2,) * 2, strides=(2, 2),
                                out_dtype="int32")
     mod = tvm.IRModule.from_expr(relay.Function([var], body))
     x = np.pad(data.astype(np.int64) - zero_point, ((0, 0), (0, 0), (kernel // 2,) * 2, (kernel // 2,) * 2))
-    expected = np.zeros((1, 32, 4, 4), np.int64)
+    expected = np.zeros((1, out_channels, 4, 4), np.int64)
     for i in range(kernel):
         for j in range(kernel):
             expected += np.einsum("nchw,oc->nohw", x[:, :, i:i + 7:2, j:j + 7:2], weights[:, :, i, j])
@@ -151,6 +151,10 @@ def test_only_seven_bit_modules_of_served_targets_keep_uint8_convs():
     assert _conv_dtypes(mod, "llvm -mcpu=cascadelake", seven_bit=True) == [("uint8", "int8")]
     int8_data, _, _ = _qnn_conv("int8")  # shifted to uint8 by TVM: about half above 127
     assert _conv_dtypes(int8_data, AVX2, seven_bit=True) == [("int16", "int16")]
+    # too few products per input value (32 output channels x 1 tap) for its passes over the input
+    narrow, _, _ = _qnn_conv(kernel=1)
+    assert not seven.pays((32, 32, 1, 1)) and seven.pays((256, 32, 1, 1)) and seven.pays((32, 8, 3, 3))
+    assert _conv_dtypes(narrow, AVX2, seven_bit=True) == [("int16", "int16")]
     # weights that cannot saturate: an int16 conv too where seven-bit convs are compiled (they
     # take every uint8 x int8 conv), the single uint8 conv elsewhere
     small = relay.qnn.op.conv2d(mod["main"].params[0], relay.const(np.ones((32, 32, 3, 3), "int8")),
@@ -162,9 +166,9 @@ def test_only_seven_bit_modules_of_served_targets_keep_uint8_convs():
 
 
 @needs_host_for(AVX2)
-@pytest.mark.parametrize("kernel", [1, 3])
-def test_a_module_marked_seven_bit_builds_exact_vpmaddubsw_convs(kernel):
-    mod, data, expected = _qnn_conv(kernel=kernel)
+@pytest.mark.parametrize("kernel, out_channels", [(1, 256), (3, 32)])
+def test_a_module_marked_seven_bit_builds_exact_vpmaddubsw_convs(kernel, out_channels):
+    mod, data, expected = _qnn_conv(kernel=kernel, out_channels=out_channels)
     outputs = {}
     for marked in (True, False):
         marked_mod = mod.with_attr(SEVEN_BIT_ACTIVATIONS, True) if marked else mod
