@@ -44,7 +44,7 @@ from tvm.relay.op.nn.utils import get_pad_tuple2d
 from tvm.target import Target
 
 from relay_ext.lowering import depthwise_padding
-from relay_ext.lowering.x86 import seven_bit_conv, vnni_conv_schedule
+from relay_ext.lowering.x86 import vnni_conv_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -339,22 +339,15 @@ def _alter_layout(attrs, inputs, tinfos, out_type):
     return relay.nn.contrib_conv2d_nchwc(*inputs, **new_attrs)
 
 
-def _nchwc_strategy(attrs, inputs, out_type, target):
+def nchwc_strategy(attrs, inputs, out_type, target):
+    """TVM's ``conv2d_NCHWc`` strategy for ``cpu`` targets, with the int16 convs' own."""
     from tvm.relay.op import op as _op  # pylint: disable=import-outside-toplevel
     from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule  # pylint: disable=import-outside-toplevel
 
     data, kernel = inputs
-    strategy = _op.OpStrategy()
-    if seven_bit_conv.is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape),
-                                        target):
-        strategy.add_implementation(
-            wrap_compute_conv2d(seven_bit_conv.conv2d_nchwc_seven_bit, need_data_layout=True,
-                                need_out_layout=True),
-            wrap_topi_schedule(seven_bit_conv.schedule_conv2d_nchwc_seven_bit),
-            name="conv2d_NCHWc_seven_bit.x86")
-        return strategy
     if not (is_int16_conv(data.dtype, kernel.dtype, target) and len(kernel.shape) == 7):
         return _originals["nchwc_strategy"](attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
     strategy.add_implementation(
         wrap_compute_conv2d(conv2d_nchwc_int16, need_data_layout=True, need_out_layout=True),
         wrap_topi_schedule(schedule_conv2d_nchwc_int16), name="conv2d_NCHWc_int16_pairs.x86")
@@ -375,4 +368,4 @@ def install() -> None:
     _originals["nchwc_strategy"] = x86_strategy.conv2d_NCHWc_strategy_cpu
     topi_nn.conv2d_legalize.register("cpu", _legalize, override=True)
     topi_nn.conv2d_alter_layout.register("cpu", _alter_layout, override=True)
-    generic_strategy.conv2d_NCHWc_strategy.register("cpu", _nchwc_strategy, override=True)
+    generic_strategy.conv2d_NCHWc_strategy.register("cpu", nchwc_strategy, override=True)

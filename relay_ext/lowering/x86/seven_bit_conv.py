@@ -42,6 +42,8 @@ from tvm import te
 from tvm.target import Target
 from tvm.target.codegen import target_has_features
 
+from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule
+
 logger = logging.getLogger(__name__)
 
 _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("seven_bit_activations",
@@ -287,10 +289,7 @@ def schedule_conv2d_nchwc_seven_bit(outs) -> te.Schedule:
     vector of a channel block at a time where that holds more accumulators, rows outside channel
     blocks where :func:`.vnni_conv_schedule.rows_outside` says so), for both terms; the splitting
     of the input and its flags done once, in parallel, before the conv."""
-    # pylint: disable=import-outside-toplevel
-    from tvm.topi.utils import get_const_tuple, traverse_inline
-
-    from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule
+    from tvm.topi.utils import get_const_tuple, traverse_inline  # pylint: disable=import-outside-toplevel
 
     outs = [outs] if isinstance(outs, te.Tensor) else outs
     schedule = te.create_schedule([x.op for x in outs])
@@ -365,3 +364,34 @@ def _high_term(schedule: te.Schedule, high_sum: te.Tensor, columns: int, stride:
     ow_chunk, ow_block = stage.split(ow, factor=columns)
     stage.reorder(ow_chunk, ico, kh, kw, icf, ow_block, oc_block, ics)
     stage.tensorize(kh, high_bit_intrinsic(columns, stride, kernel_h, kernel_w, ic_bn, oc_bn))
+
+
+_installed = []
+
+
+def _strategy(attrs, inputs, out_type, target):
+    """TVM's ``conv2d_NCHWc`` strategy for ``cpu`` targets with the seven-bit convs' own (and the
+    int16 convs', :func:`.int16_pair_conv.nchwc_strategy`)."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.relay.op import op as _op
+    from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule
+
+    data, kernel = inputs
+    if not is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape), target):
+        return int16_pair_conv.nchwc_strategy(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(
+        wrap_compute_conv2d(conv2d_nchwc_seven_bit, need_data_layout=True, need_out_layout=True),
+        wrap_topi_schedule(schedule_conv2d_nchwc_seven_bit), name="conv2d_NCHWc_seven_bit.x86")
+    return strategy
+
+
+def install() -> None:
+    """Put :func:`_strategy` in place of the int16 convs' hook (installed first; idempotent)."""
+    from tvm.relay.op.strategy import generic as generic_strategy  # pylint: disable=import-outside-toplevel
+
+    if _installed:
+        return
+    int16_pair_conv.install()
+    generic_strategy.conv2d_NCHWc_strategy.register("cpu", _strategy, override=True)
+    _installed.append(True)

@@ -12,6 +12,8 @@
   around them (no layout copies between them);
 * :mod:`.saturation_free_int8` -- uint8 x int8 convs split so that ``vpmaddubsw`` cannot saturate
   where the target has no VNNI (QNN's x86 legalization);
+* :mod:`.int16_pair_conv` and :mod:`.seven_bit_conv` -- the exact convs it hands them to (int16
+  pairs on ``vpmaddwd``; on AVX2, ``vpmaddubsw`` on the low 7 bits of 7-bit activations);
 * :mod:`.dense_units_padding` -- int8 dense layers padded to a multiple of 16 output units, so
   that they get TOPI's VNNI dense (QNN's x86 legalization, around the one above).
 
@@ -25,7 +27,8 @@ from __future__ import annotations
 from tvm.target import Target
 
 from relay_ext.lowering.x86 import (amx_layout, blocked_layout, dense_units_padding,
-                                   int16_pair_conv, saturation_free_int8, vnni_conv_schedule, vnni_intrinsics)
+                                   int16_pair_conv, saturation_free_int8, seven_bit_conv, vnni_conv_schedule,
+                                   vnni_intrinsics)
 
 # LLVM's x86 machine combiner re-associates chains of vector adds to shorten them: in the int16
 # convs' register tiles (acc + m1) + m2 becomes acc + (m1 + m2), and with 8 to 12 accumulators
@@ -35,13 +38,14 @@ INT16_LLVM_OPTIONS = ("-x86-machine-combiner=0",)
 
 
 def install() -> bool:
-    """Install the six (idempotent); True when the VNNI byte-operand intrinsics are in force
+    """Install them all (idempotent); True when the VNNI byte-operand intrinsics are in force
     (LLVM 22 or newer, :func:`.vnni_intrinsics.install`)."""
     vnni_conv_schedule.install()  # every build that may use VNNI comes through here
     amx_layout.install()  # and every one that may use AMX: the layout it needs
     blocked_layout.install()  # and every quantized depthwise conv: the int8 convs' block
     saturation_free_int8.install()  # and every one that may multiply with vpmaddubsw
     int16_pair_conv.install()  # and the int16 convs it hands the ones that could saturate
+    seven_bit_conv.install()  # after it: the uint8 convs of 7-bit activations, the others to it
     dense_units_padding.install()  # after it: it wraps the dense legalization just installed
     return vnni_intrinsics.install()
 
