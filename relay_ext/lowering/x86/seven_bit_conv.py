@@ -92,9 +92,9 @@ def pays(weight_shape: Sequence[Any]) -> bool:
     """Whether a conv of ``OIHW`` weights does enough work per input value for the seven-bit
     conv's passes over its input (its low bits written, its high bits read: 3 bytes moved per
     input value, where the int16 conv may read a tensor its producer widened) to pay: at least
-    :data:`MIN_PRODUCTS_PER_INPUT` output channels x taps. Alone, ResNet-50's 256 -> 64 1x1 conv
-    (64) ran 0.95x the int16 conv's time with the widening, the 64 -> 256 one (256) 0.77-0.85x
-    (docs/BENCHMARKS.md)."""
+    :data:`MIN_PRODUCTS_PER_INPUT` output channels x taps. With every uint8 conv seven-bit,
+    MobileNetV2 (narrow 1x1 convs) ran 1.025x the int16 build's time; with this rule 0.957x, and
+    ResNet-50 0.931x -> 0.914x (docs/BENCHMARKS.md)."""
     out_channels, _, kernel_h, kernel_w = (int(x) for x in weight_shape)
     return out_channels * kernel_h * kernel_w >= MIN_PRODUCTS_PER_INPUT
 
@@ -392,6 +392,7 @@ def install() -> None:
 
     if _installed:
         return
+    logger.debug("conv2d_NCHWc on AVX2: seven-bit convs for uint8 x int8, int16 convs after")
     int16_pair_conv.install()
     generic_strategy.conv2d_NCHWc_strategy.register("cpu", _strategy, override=True)
     _installed.append(True)
