@@ -21,8 +21,8 @@ Before (``x`` uint8, one ``vpmaddubsw`` per 4 input channels, wrong where a pair
 
     conv[n, oc, oh, ow, o] += x[n, ic, oh*s + kh, ow*s + kw, c] * w[oc, ic, kh, kw, c/4, o, c%4]
 
-After (the low term tensorized with :func:`low_bits_intrinsic`; the high term tensorized per
-channel block with :func:`high_bit_intrinsic`, which tests the tile's flags and does nothing where
+After (the low term tensorized with :mod:`.seven_bit_intrinsics`' ``low_bits_intrinsic``; the high
+term per channel block with its ``high_bit_intrinsic``, which tests the tile's flags and does nothing where
 they are all 0)::
 
     low[n, oc, oh, ow, o]  += (x & 127)[...] * w[...]
@@ -43,6 +43,8 @@ from tvm.target import Target
 from tvm.target.codegen import target_has_features
 
 from relay_ext.lowering.x86 import int16_pair_conv, vnni_conv_schedule
+from relay_ext.lowering.x86.seven_bit_intrinsics import (HIGH_SHIFT, LANES, QUAD, dot,
+                                                         high_bit_intrinsic, low_bits_intrinsic)
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +54,12 @@ _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("seven_bit_activa
 TAG = "conv2d_NCHWc_seven_bit"
 LOW_STAGE, HIGH_STAGE = "low_sum", "high_sum"  # the two terms' blocks
 LOW_BITS = 127
-HIGH_SHIFT = 7
-QUAD = 4  # uint8 x int8 products vpmaddubsw + vpmaddwd sum into one int32 lane
-LANES = 8  # int32 lanes of an AVX2 vector
-ONES = 0x01010101  # the high bit of each of four bytes, shifted down to bit 0
 MIN_PRODUCTS_PER_INPUT = 256  # output channels x taps of the smallest conv made seven-bit (pays)
 
 
 def serves(target: Optional[Target]) -> bool:
-    """Whether ``target`` takes the seven-bit convs: an llvm x86 target with AVX2 and neither
-    AVX-512BW (its int16 convs multiply 32 products an instruction) nor VNNI (``vpdpbusd`` sums in
-    32 bits: exact as it is)."""
+    """Whether ``target`` takes the seven-bit convs: llvm x86 with AVX2, without AVX-512BW (its
+    int16 convs multiply 32 products an instruction) or VNNI (``vpdpbusd`` is exact as it is)."""
     if target is None or target.kind.name != "llvm":
         return False
     try:
@@ -107,116 +104,6 @@ def is_seven_bit_conv(data_dtype: str, kernel_dtype: str, groups: int, kernel_di
     if (str(data_dtype), str(kernel_dtype), int(groups), kernel_dims) != ("uint8", "int8", 1, 7):
         return False
     return serves(target if target is not None else Target.current(allow_none=True))
-
-
-def _dot(data: Any, weights: Any, flag: Any = None) -> Any:
-    """The reduction body both the stages and the intrinsics declare (they must match)."""
-    product = data.astype("int32") * weights.astype("int32")
-    return product if flag is None else product * flag.astype("int32")
-
-
-def _madd(four_bytes: Any, weights: Any) -> Any:
-    """``vpmaddubsw`` of four uint8 (an int32, broadcast) by 8 x 4 int8, then ``vpmaddwd`` by 1:
-    8 int32 sums of four products."""
-    broadcast = tvm.tir.call_intrin("int8x32", "tir.reinterpret", four_bytes.astype("int32x8"))
-    pairs = tvm.tir.call_llvm_pure_intrin("int16x16", "llvm.x86.avx2.pmadd.ub.sw",
-                                          tvm.tir.const(2, "uint32"), broadcast, weights)
-    return tvm.tir.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd",
-                                         tvm.tir.const(2, "uint32"), pairs,
-                                         tvm.tir.const(1, "int16x16"))
-
-
-def low_bits_intrinsic() -> te.TensorIntrin:
-    """``out[i] += sum_k data[k] * w[i, k]`` for 8 int32 lanes and 4 uint8 inputs at most 127:
-    one ``vpmaddubsw``, one ``vpmaddwd`` and one ``vpaddd`` (exact: no pair can saturate)."""
-    data = te.placeholder((QUAD,), dtype="uint8", name="data")
-    weights = te.placeholder((LANES, QUAD), dtype="int8", name="weights")
-    k = te.reduce_axis((0, QUAD), name="k")
-    out = te.compute((LANES,), lambda i: te.sum(_dot(data[k], weights[i, k]), axis=k), name="out")
-    data_buffer = tvm.tir.decl_buffer(data.shape, "uint8", name="data_buffer", offset_factor=1,
-                                      strides=[1])
-    weights_buffer = tvm.tir.decl_buffer(weights.shape, "int8", name="weights_buffer",
-                                         offset_factor=1, strides=[te.var("ldw"), 1])
-
-    def body(ins, outs):
-        def emit(kind: str):
-            builder = tvm.tir.ir_builder.create()
-            if kind == "reset":
-                builder.emit(outs[0].vstore(0, tvm.tir.const(0, "int32x8")))
-                return builder.get()
-            four = tvm.tir.call_intrin("int32", "tir.reinterpret", ins[0].vload([0], "uint8x4"))
-            total = _madd(four, ins[1].vload([0, 0], "int8x32"))
-            if kind == "update":
-                total = total + outs[0].vload([0], "int32x8")
-            builder.emit(outs[0].vstore(0, total))
-            return builder.get()
-
-        return emit("body"), emit("reset"), emit("update")
-
-    return te.decl_tensor_intrin(out.op, body, binds={data: data_buffer, weights: weights_buffer},
-                                 default_buffer_params={"offset_factor": 1})
-
-
-def high_bit_intrinsic(columns: int, stride: int, kernel_h: int, kernel_w: int, ic_bn: int,
-                       oc_bn: int) -> te.TensorIntrin:
-    """One channel block's share of the high-bit term for a tile of ``columns`` output pixels x
-    ``oc_bn`` channels: nothing where the tile's flags are all 0, else every product of the
-    block's high bits (``vpmaddubsw`` on bytes of 0 or 1) added to the tile."""
-    width = (columns - 1) * stride + kernel_w
-    data = te.placeholder((kernel_h, width, ic_bn), dtype="uint8", name="data")
-    weights = te.placeholder((kernel_h, kernel_w, ic_bn // QUAD, oc_bn, QUAD), dtype="int8",
-                             name="weights")
-    flag = te.placeholder((columns,), dtype="uint8", name="flag")
-    kh = te.reduce_axis((0, kernel_h), name="kh")
-    kw = te.reduce_axis((0, kernel_w), name="kw")
-    icf = te.reduce_axis((0, ic_bn // QUAD), name="icf")
-    ics = te.reduce_axis((0, QUAD), name="ics")
-    out = te.compute((columns, oc_bn), lambda c, o: te.sum(_dot(
-        data[kh, c * stride + kw, icf * QUAD + ics] >> HIGH_SHIFT, weights[kh, kw, icf, o, ics],
-        flag[c]), axis=[kh, kw, icf, ics]), name="out")
-    binds = {
-        data: tvm.tir.decl_buffer(data.shape, "uint8", name="data_buffer", offset_factor=1,
-                                  strides=[te.var("dh"), te.var("dw"), 1]),
-        weights: tvm.tir.decl_buffer(weights.shape, "int8", name="weights_buffer",
-                                     offset_factor=1, strides=[te.var("wh"), te.var("ww"),
-                                                               te.var("wf"), QUAD, 1]),
-        flag: tvm.tir.decl_buffer(flag.shape, "uint8", name="flag_buffer", offset_factor=1,
-                                  strides=[1]),
-    }
-
-    def reset(outs) -> tvm.tir.Stmt:
-        builder = tvm.tir.ir_builder.create()
-        for column in range(columns):
-            for lane in range(0, oc_bn, LANES):
-                builder.emit(outs[0].vstore([column, lane], tvm.tir.const(0, "int32x8")))
-        return builder.get()
-
-    def update(ins, outs) -> tvm.tir.Stmt:
-        data_in, weights_in, flags = ins
-        builder = tvm.tir.ir_builder.create()
-        any_flag = flags.vload([0], "uint8")
-        for column in range(1, columns):
-            any_flag = any_flag | flags.vload([column], "uint8")
-        with builder.if_scope(any_flag != tvm.tir.const(0, "uint8")):
-            with builder.for_range(0, kernel_h, name="kh") as row:
-                with builder.for_range(0, kernel_w, name="kw") as tap:
-                    with builder.for_range(0, ic_bn // QUAD, name="icf") as quad:
-                        for column in range(columns):
-                            four = tvm.tir.call_intrin("int32", "tir.reinterpret", data_in.vload(
-                                [row, column * stride + tap, quad * QUAD], "uint8x4"))
-                            high = (four >> HIGH_SHIFT) & tvm.tir.const(ONES, "int32")
-                            for lane in range(0, oc_bn, LANES):
-                                total = _madd(high, weights_in.vload([row, tap, quad, lane, 0],
-                                                                     "int8x32"))
-                                builder.emit(outs[0].vstore([column, lane], total + outs[0].vload(
-                                    [column, lane], "int32x8")))
-        return builder.get()
-
-    def body(ins, outs):
-        return tvm.tir.SeqStmt([reset(outs), update(ins, outs)]), reset(outs), update(ins, outs)
-
-    return te.decl_tensor_intrin(out.op, body, binds=binds,
-                                 default_buffer_params={"offset_factor": 1})
 
 
 def flags(data: te.Tensor, out_h: int, out_w: int, kernel: Tuple[int, int],
@@ -273,8 +160,8 @@ def conv2d_nchwc_seven_bit(data: te.Tensor, kernel: te.Tensor, strides, padding,
             x = source[n, ico, oh * stride_h + kh, ow * stride_w + kw, icf * QUAD + ics]
             w = kernel[oc, ico, kh, kw, icf, o, ics]
             if shift:
-                return te.sum(_dot(x >> HIGH_SHIFT, w, flag[n, ico, oh, ow]), axis=[ico, kh, kw, icf, ics])
-            return te.sum(_dot(x, w), axis=[ico, kh, kw, icf, ics])
+                return te.sum(dot(x >> HIGH_SHIFT, w, flag[n, ico, oh, ow]), axis=[ico, kh, kw, icf, ics])
+            return te.sum(dot(x, w), axis=[ico, kh, kw, icf, ics])
 
         return te.compute(shape, value, name=name)
 
@@ -311,7 +198,11 @@ def schedule_conv2d_nchwc_seven_bit(outs) -> te.Schedule:
 
         if conv != last:
             schedule[conv].compute_inline()
-        batch, oc_chunk, oh, ow, oc_block = schedule[last].op.axis[:5]
+        if len(schedule[last].op.axis) == 4:  # an NCHW output (a layout transform fused in)
+            batch, channels, oh, ow = schedule[last].op.axis
+            oc_chunk, oc_block = schedule[last].split(channels, factor=oc_bn)
+        else:
+            batch, oc_chunk, oh, ow, oc_block = schedule[last].op.axis
         ow_chunk, ow_block = schedule[last].split(ow, factor=columns)
         outer = [oh, oc_chunk] if rows_outside else [oc_chunk, oh]
         schedule[last].reorder(*outer, ow_chunk, ow_block, oc_block)

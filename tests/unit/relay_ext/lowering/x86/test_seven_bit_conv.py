@@ -79,6 +79,24 @@ def test_the_conv_is_exact_whatever_share_of_its_inputs_is_above_127(
     assert np.array_equal(result.numpy(), expected), f"{np.mean(result.numpy() != expected):.1%} differ"
 
 
+@needs_host_for(AVX2)
+def test_an_nchw_output_fused_in_is_exact_too():
+    """A conv whose fused epilogue ends in a layout transform to NCHW (4 output axes)."""
+    data_t = te.placeholder((1, 2, 9, 9, 16), "uint8", name="data")
+    weights_t = te.placeholder((2, 2, 3, 3, 4, 16, 4), "int8", name="weights")
+    target = tvm.target.Target(AVX2_CORES)
+    with target:
+        conv = seven.conv2d_nchwc_seven_bit(data_t, weights_t, (2, 2), (1, 1), (1, 1), "", "")
+        out = te.compute((1, 32, 5, 5), lambda n, c, h, w: conv[n, c // 16, h, w, c % 16] + 1,
+                         name="to_nchw", tag="injective")
+        func = tvm.build(seven.schedule_conv2d_nchwc_seven_bit([out]), [data_t, weights_t, out], target)
+    data, weights = _inputs((1, 2, 9, 9, 16), (2, 2, 3, 3, 4, 16, 4), above_127=0.01)
+    result = tvm.nd.empty((1, 32, 5, 5), "int32")
+    func(tvm.nd.array(data), tvm.nd.array(weights), result)
+    expected = _numpy_conv(data, weights, 2, 1).transpose(0, 1, 4, 2, 3).reshape(1, 32, 5, 5) + 1
+    assert np.array_equal(result.numpy(), expected)
+
+
 def test_the_flags_mark_each_output_pixel_whose_window_reads_a_value_above_127():
     data = np.zeros((1, 2, 9, 9, 16), "uint8")
     data[0, 1, 4, 6, 3] = 200  # one value above 127, in channel block 1
