@@ -150,6 +150,7 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     if seven_bit and seven_bit_conv.active() and str(types[0].dtype) == "uint8" and all(
             int(d) == 1 for d in attrs.dilation) and seven_bit_conv.pays(types[1].shape):
         # 7-bit activations: TVM's uint8 x int8 conv, which seven_bit_conv computes exactly.
+        logger.debug("qnn.conv2d %s kept uint8 x int8: a seven-bit conv", types[1].shape)
         return legal
     if not seven_bit and isinstance(kernel, relay.Constant) and not can_saturate(
             kernel.data.numpy(), kernel_layout.index("O")):
@@ -158,7 +159,7 @@ def _split_legalize(op: str, attrs, inputs, types, relay_op: Callable[..., relay
     # weight computed by ops), or any weights where the seven-bit convs are compiled (they take
     # every uint8 x int8 conv left): an int16 conv, or split; exact in either case.
     if int16 and plain:
-        logger.debug("qnn.conv2d %s on int16 pairs: its uint8 x int8 pairs could saturate vpmaddubsw",
+        logger.debug("qnn.conv2d %s on int16 pairs: exact where vpmaddubsw could saturate",
                      types[1].shape)
         return int16_pair_conv.int16_conv(*inputs[:4], attrs)
     new_attrs = {key: attrs[key] for key in attrs.keys()}
