@@ -268,7 +268,8 @@ def _strategy(attrs, inputs, out_type, target):
     from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule
 
     data, kernel = inputs
-    if not is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape), target):
+    if not (is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape), target)
+            and all(int(d) == 1 for d in attrs.dilation)):
         return int16_pair_conv.nchwc_strategy(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()
     strategy.add_implementation(

@@ -197,6 +197,29 @@ def test_a_module_marked_seven_bit_builds_exact_vpmaddubsw_convs(kernel, out_cha
     assert np.array_equal(outputs[True], expected) and np.array_equal(outputs[False], expected)
 
 
+@needs_host_for(AVX2)
+def test_a_relay_uint8_conv_is_exact_and_a_dilated_one_builds():
+    """An ``nn.conv2d`` of uint8 x int8 written in Relay (no QNN legalization in between) on a
+    served target: the seven-bit conv, exact on full-range data (TOPI's would saturate); a
+    dilated one, which the seven-bit conv does not take, keeps TVM's."""
+    generator = np.random.default_rng(3)
+    data = generator.integers(0, 256, (1, 16, 9, 9)).astype("uint8")
+    weights = generator.integers(-128, 128, (32, 16, 1, 1)).astype("int8")
+    var = relay.var("data", shape=data.shape, dtype="uint8")
+    conv = relay.nn.conv2d(var, relay.const(weights), kernel_size=(1, 1), channels=32, out_dtype="int32")
+    built = compile(tvm.IRModule.from_expr(relay.Function([var], conv)), {}, AVX2_CORES, schedule="default")
+    (out,) = run_module(built, {"data": data})
+    expected = np.einsum("nchw,oc->nohw", data.astype(np.int64), weights[:, :, 0, 0].astype(np.int64))
+    assert np.array_equal(out, expected) and "vpmaddubsw" in built.lib.get_lib().get_source("asm")
+    dilated_weights = generator.integers(-8, 8, (32, 16, 3, 3)).astype("int8")
+    dilated = relay.nn.conv2d(var, relay.const(dilated_weights), kernel_size=(3, 3), channels=32,
+                              dilation=(2, 2), out_dtype="int32")
+    built = compile(tvm.IRModule.from_expr(relay.Function([var], dilated)), {}, AVX2_CORES,
+                    schedule="default")
+    (out,) = run_module(built, {"data": data})
+    assert out.shape == (1, 32, 5, 5)
+
+
 def test_its_tasks_keep_the_topi_schedule():
     data = te.placeholder((1, 2, 8, 8, 16), "uint8", name="data")
     weights = te.placeholder((2, 2, 1, 1, 4, 16, 4), "int8", name="weights")
