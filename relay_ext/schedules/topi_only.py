@@ -4,7 +4,8 @@ On x86 targets without VNNI the uint8 x int8 convs become int16 pairs
 (:mod:`relay_ext.lowering.x86.int16_pair_conv`) or seven-bit convs
 (:mod:`relay_ext.lowering.x86.seven_bit_conv`), and the 3x3 ones Winograd GEMMs
 (:mod:`relay_ext.lowering.x86.int16_winograd`); their TOPI schedules tensorize with ``vpmaddwd``
-or ``vpmaddubsw`` on bits split per tile, for which MetaSchedule has no tensor intrinsic. Its designs of those tasks, untensorized, lose:
+or with ``vpmaddubsw`` on bits split per tile, for which MetaSchedule has no tensor intrinsic.
+Its designs of those tasks, untensorized, lose:
 ResNet-18 for ``core-avx2`` after a 10-minute tune, every conv's rule design ran 2.1-13.8x the
 time of its TOPI schedule and every tuned record slower still (docs/cpu.md), so trials spent on
 them were lost. They keep TOPI's schedule; tuning and the no-search designs skip them.

@@ -97,11 +97,14 @@ def pays(weight_shape: Sequence[Any]) -> bool:
 
 
 def is_seven_bit_conv(data_dtype: str, kernel_dtype: str, groups: int, kernel_dims: int,
-                      target: Optional[Target] = None) -> bool:
+                      dilation: Sequence[Any], target: Optional[Target] = None) -> bool:
     """Whether an ``nn.contrib_conv2d_NCHWc`` is one this module compiles: uint8 data, int8
-    weights in TOPI's int8 blocks (7 dimensions), one group, for a target :func:`serves`. Where
-    :func:`serves`, QNN's legalization leaves no other uint8 x int8 conv (they are int16 convs)."""
+    weights in TOPI's int8 blocks (7 dimensions), one group, no dilation, for a target
+    :func:`serves`. Where :func:`serves`, QNN's legalization leaves no other uint8 x int8 conv
+    (they are int16 convs); a dilated one written in Relay keeps TVM's."""
     if (str(data_dtype), str(kernel_dtype), int(groups), kernel_dims) != ("uint8", "int8", 1, 7):
+        return False
+    if any(int(d) != 1 for d in dilation):
         return False
     return serves(target if target is not None else Target.current(allow_none=True))
 
@@ -268,8 +271,8 @@ def _strategy(attrs, inputs, out_type, target):
     from tvm.relay.op.strategy.generic import wrap_compute_conv2d, wrap_topi_schedule
 
     data, kernel = inputs
-    if not (is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape), target)
-            and all(int(d) == 1 for d in attrs.dilation)):
+    if not is_seven_bit_conv(data.dtype, kernel.dtype, attrs.groups, len(kernel.shape),
+                             attrs.dilation, target):
         return int16_pair_conv.nchwc_strategy(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()
     strategy.add_implementation(

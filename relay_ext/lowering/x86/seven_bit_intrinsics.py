@@ -127,7 +127,8 @@ def high_bit_intrinsic(columns: int, stride: int, kernel_h: int, kernel_w: int, 
         return builder.get()
 
     def body(ins, outs):
-        return tvm.tir.SeqStmt([reset(outs), update(ins, outs)]), reset(outs), update(ins, outs)
+        zeroed, added = reset(outs), update(ins, outs)
+        return tvm.tir.SeqStmt([zeroed, added]), zeroed, added
 
     return te.decl_tensor_intrin(out.op, body, binds=binds,
                                  default_buffer_params={"offset_factor": 1})

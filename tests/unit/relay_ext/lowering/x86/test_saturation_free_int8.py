@@ -122,7 +122,7 @@ def test_a_conv_whose_weights_cannot_saturate_stays_one_conv():
     # on AVX2 the uint8 x int8 NCHW convs left are the seven-bit convs: this one is an int16 conv
     # (tests/unit/relay_ext/lowering/x86/test_seven_bit_conv.py); NHWC stays one conv there
     assert _reductions(mod, AVX2, "qnn.conv2d") == []
-    nhwc, _, _ = _conv(weights=weights.transpose(0, 1, 2, 3), nhwc=True)
+    nhwc, _, _ = _conv(weights=weights, nhwc=True)
     assert _reductions(nhwc, AVX2, "qnn.conv2d") == [16]
 
 
